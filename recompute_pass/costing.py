@@ -1,0 +1,96 @@
+"""Stage 2: price every candidate with the cost model and state the optimisation problem.
+
+Objective, in estimated seconds of the training step:
+- saving a value costs its backward read (``bytes / bandwidth``); a static-lifetime input
+  costs nothing;
+- recomputing costs the op's roofline time; a pointwise op or view is fused into the
+  backward kernel that consumes it, so it costs only its arithmetic, plus one write of its
+  output when a backward consumer cannot fuse it (a matmul reads it from memory);
+- a backward-only value costs its compute on either side; saving it moves that compute to
+  the forward and adds the read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from cost_model import (
+    DeviceProfile,
+    NodeCost,
+    OpKind,
+    SizeHints,
+    estimate_runtime,
+    get_profile,
+    node_cost,
+    tensor_bytes,
+)
+from recompute_pass.joint_graph import JointGraph
+from recompute_pass.problem import Item, Problem
+
+FUSIBLE = frozenset({OpKind.VIEW, OpKind.POINTWISE, OpKind.NONE})
+
+
+@dataclass(frozen=True)
+class Costed:
+    """The problem plus what the report needs to describe each item."""
+
+    problem: Problem
+    joint: JointGraph
+    costs: tuple[NodeCost, ...]  # per item
+    flops: tuple[int, ...]  # per item, at the size hints
+    hints: SizeHints
+    device: DeviceProfile
+
+
+def resolve_device(device: str | DeviceProfile, joint: JointGraph) -> DeviceProfile:
+    """``"auto"``: the profile of the GPU the graph runs on, or the CPU profile."""
+    if device != "auto":
+        return get_profile(device)
+    for node in joint.module.graph.find_nodes(op="placeholder"):
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and val.device.type == "cuda":
+            name = torch.cuda.get_device_name(val.device).lower() if torch.cuda.is_available() else ""
+            return get_profile(next((p for p in ("h200", "h100", "a100") if p in name), "h100"))
+    return get_profile("cpu")
+
+
+def build_problem(joint: JointGraph, device: DeviceProfile) -> Costed:
+    hints = SizeHints.from_graph(joint.module.graph)
+    index = {c.node: i for i, c in enumerate(joint.candidates)}
+    needed = frozenset(index[n] for n in joint.needed)
+    bandwidth = device.memory_bandwidth
+    items: list[Item] = []
+    costs: list[NodeCost] = []
+    flops: list[int] = []
+    for candidate in joint.candidates:
+        node = candidate.node
+        cost = node_cost(node)
+        concrete = cost.evaluate(hints)
+        costs.append(cost)
+        flops.append(concrete.flops)
+        size = (
+            0
+            if candidate.static or not candidate.can_save
+            else hints.evaluate(tensor_bytes(node.meta["val"]))
+        )
+        fused = cost.kind in FUSIBLE
+        compute = estimate_runtime(cost, device, hints, fused=fused)
+        if fused and any(node_cost(user).kind not in FUSIBLE for user in joint.backward_users.get(node, ())):
+            compute += concrete.bytes_out / bandwidth
+        save = size / bandwidth + (0.0 if candidate.forward else compute)
+        items.append(
+            Item(
+                name=node.name,
+                size=size,
+                save_cost=save,
+                recompute_cost=compute,
+                inputs=tuple(index[n] for n in candidate.inputs),
+                can_save=candidate.can_save,
+                can_recompute=candidate.can_recompute,
+                is_forward=candidate.forward,
+                kind=cost.kind.value,
+            )
+        )
+    return Costed(Problem(tuple(items), needed), joint, tuple(costs), tuple(flops), hints, device)

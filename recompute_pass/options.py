@@ -1,0 +1,79 @@
+"""The partitioner's settings as one validated, immutable record.
+
+Validation happens here, when an option is set, so that a budget of 1.7 fails at the
+user's line and not deep inside a compile minutes later.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+from cost_model import PROFILES, DeviceProfile
+
+SOLVERS = ("milp", "mincut", "no_recompute", "recompute_all", "selective")
+DEVICES = ("auto", *sorted(PROFILES))
+
+
+def _fail(option: str, value: object, valid: str) -> ValueError:
+    return ValueError(f"recompute_pass: invalid {option}={value!r}; expected {valid}")
+
+
+@dataclass(frozen=True)
+class RecomputeOptions:
+    """What the partitioner reads. Every field enters the compile cache key (``cache_key``).
+
+    memory_budget: ratio in [0, 1] of the activation-byte range (DESIGN.md, budget semantics).
+    memory_budget_bytes: absolute cap on saved activation bytes; overrides the ratio.
+    solver: one of ``SOLVERS``.
+    device: a profile name from ``cost_model.PROFILES``, ``"auto"`` (from the graph's
+        device), or a ``DeviceProfile``.
+    time_limit: seconds the exact solver may spend per graph before it falls back to the
+        best plan found so far.
+    fallback: on an internal error, partition with PyTorch's default partitioner (with a
+        warning) instead of failing the compile.
+    """
+
+    memory_budget: float = 1.0
+    memory_budget_bytes: int | None = None
+    solver: str = "milp"
+    device: str | DeviceProfile = "auto"
+    time_limit: float = 10.0
+    fallback: bool = True
+
+    def __post_init__(self) -> None:
+        budget = self.memory_budget
+        if isinstance(budget, bool) or not isinstance(budget, numbers.Real):
+            raise _fail("memory_budget", budget, "a number in [0, 1]")
+        if math.isnan(budget) or not 0.0 <= budget <= 1.0:
+            raise _fail("memory_budget", budget, "a number in [0, 1]")
+        object.__setattr__(self, "memory_budget", float(budget))
+        cap = self.memory_budget_bytes
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, numbers.Integral) or cap < 0):
+            raise _fail("memory_budget_bytes", cap, "None or a non-negative integer number of bytes")
+        if self.solver not in SOLVERS:
+            raise _fail("solver", self.solver, f"one of {', '.join(SOLVERS)}")
+        if not isinstance(self.device, DeviceProfile) and self.device not in DEVICES:
+            raise _fail("device", self.device, f"one of {', '.join(DEVICES)} or a cost_model.DeviceProfile")
+        limit = self.time_limit
+        if isinstance(limit, bool) or not isinstance(limit, numbers.Real) or not limit > 0:
+            raise _fail("time_limit", limit, "a positive number of seconds")
+        if math.isinf(limit):
+            raise _fail("time_limit", limit, "a finite positive number of seconds")
+        if not isinstance(self.fallback, bool):
+            raise _fail("fallback", self.fallback, "True or False")
+
+    def replace(self, **changes: Any) -> RecomputeOptions:
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            valid = ", ".join(f.name for f in dataclasses.fields(self))
+            raise ValueError(f"recompute_pass: unknown option(s) {unknown}; valid options: {valid}")
+        return dataclasses.replace(self, **changes)
+
+    def cache_key(self) -> str:
+        """A stable digest of every setting (``repr`` of a frozen dataclass is deterministic)."""
+        return hashlib.sha256(repr(self).encode()).hexdigest()

@@ -1,0 +1,114 @@
+"""The AOTAutograd partitioner: joint graph -> costs -> solver -> extraction -> report."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from torch import fx
+
+from recompute_pass import torch_internals as ti
+from recompute_pass.costing import build_problem, resolve_device
+from recompute_pass.extraction import extract
+from recompute_pass.joint_graph import analyze, prepare
+from recompute_pass.options import RecomputeOptions
+from recompute_pass.report import PartitionReport, build_report, publish
+from recompute_pass.solve import decide
+
+log = logging.getLogger(__name__)
+
+
+@functools.cache
+def code_hash() -> str:
+    """Digest of this package's and the cost model's source: a code change is a new plan."""
+    digest = hashlib.sha256()
+    for package in ("recompute_pass", "cost_model"):
+        root = Path(__file__).resolve().parent.parent / package
+        for path in sorted(root.rglob("*.py")):
+            digest.update(path.relative_to(root).as_posix().encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def partition(
+    module: fx.GraphModule,
+    *,
+    num_fwd_outputs: int,
+    static_lifetime_input_indices: Sequence[int],
+    options: RecomputeOptions,
+) -> tuple[fx.GraphModule, fx.GraphModule, PartitionReport]:
+    prepare(module)
+    joint = analyze(
+        module, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=static_lifetime_input_indices
+    )
+    costed = build_problem(joint, resolve_device(options.device, joint))
+    decision = decide(costed.problem, options)
+    candidates = joint.candidates
+    saved = [candidates[i].node for i in sorted(decision.plan.saved)]
+    recomputed = {candidates[i].node for i in decision.plan.recomputed}
+    result = extract(joint, saved, recomputed)
+    return result.forward, result.backward, build_report(costed, decision, result)
+
+
+class RecomputePartitioner(ti.CustomPartitionerFn):
+    """Plugs into Inductor as ``custom_partitioner_fn``, or into ``aot_autograd`` as ``partition_fn``."""
+
+    def __init__(self, options: RecomputeOptions) -> None:
+        self.options = options
+
+    def uuid(self) -> str:
+        # Enters Inductor's FX-graph and AOTAutograd cache keys: a warm cache must never
+        # return a plan made for other options or other code.
+        return f"recompute_pass-{code_hash()}-{self.options.cache_key()}"
+
+    def __call__(
+        self, gm: fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any
+    ) -> tuple[fx.GraphModule, fx.GraphModule]:
+        num_fwd_outputs = kwargs["num_fwd_outputs"]
+        static = kwargs.get("static_lifetime_input_indices") or []
+        try:
+            forward, backward, report = partition(
+                gm,
+                num_fwd_outputs=num_fwd_outputs,
+                static_lifetime_input_indices=static,
+                options=self.options,
+            )
+        except Exception as error:
+            if not self.options.fallback:
+                raise
+            log.debug("recompute_pass failure:\n%s", traceback.format_exc())
+            publish(_fallback_report(self.options, f"{type(error).__name__}: {error}"))
+            return ti.min_cut_rematerialization_partition(
+                gm,
+                joint_inputs,
+                compiler="inductor",
+                num_fwd_outputs=num_fwd_outputs,
+                static_lifetime_input_indices=static,
+            )
+        publish(report)
+        return forward, backward
+
+
+def _fallback_report(options: RecomputeOptions, cause: str) -> PartitionReport:
+    return PartitionReport(
+        budget_ratio=None if options.memory_budget_bytes is not None else options.memory_budget,
+        budget_bytes=-1,
+        saved_bytes=-1,
+        min_bytes=-1,
+        max_bytes=-1,
+        recompute_flops=-1,
+        estimated_recompute_time=float("nan"),
+        estimated_step_overhead=float("nan"),
+        solver="pytorch-min-cut",
+        optimal=False,
+        solve_seconds=0.0,
+        device="",
+        saved=(),
+        recomputed=(),
+        fallback=cause,
+    )

@@ -1,0 +1,118 @@
+"""The save-or-recompute decision as plain data, free of torch.
+
+Each item is a value the forward can produce. A plan says, per item, whether it is
+*saved* (crosses to backward, costing ``size`` bytes of the budget and ``save_cost``
+seconds of memory traffic) or *recomputed* in backward (costing ``recompute_cost``
+seconds, and requiring each of its ``inputs`` to be saved or recomputed too). Items in
+``needed`` must be available in backward one way or the other.
+
+This is a closure problem: without the byte budget it is a minimum s-t cut; with it, a
+MILP whose constraint matrix is totally unimodular but for the one budget row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Item:
+    name: str
+    size: int
+    save_cost: float
+    recompute_cost: float
+    inputs: tuple[int, ...]
+    can_save: bool
+    can_recompute: bool
+    # Recomputing a forward value repeats work; computing a value only backward uses
+    # ("unclaimed" in PyTorch's terms) in backward does not, so it is not counted as
+    # recompute in reports.
+    is_forward: bool = True
+    # ``cost_model.OpKind`` value, for policies that decide by op class.
+    kind: str = ""
+
+
+@dataclass(frozen=True)
+class Problem:
+    items: tuple[Item, ...]
+    needed: frozenset[int]
+
+    def __post_init__(self) -> None:
+        n = len(self.items)
+        for i, item in enumerate(self.items):
+            if any(not 0 <= j < n or j == i for j in item.inputs):
+                raise ValueError(f"item {item.name!r} has an input index out of range or itself")
+            if item.size < 0 or item.save_cost < 0 or item.recompute_cost < 0:
+                raise ValueError(f"item {item.name!r} has a negative size or cost")
+        if any(not 0 <= j < n for j in self.needed):
+            raise ValueError("needed index out of range")
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def restrict(self, *, can_save: set[int] | None = None, can_recompute: set[int] | None = None) -> Problem:
+        """The same problem with saving/recomputing allowed only on the given items."""
+        items = tuple(
+            Item(
+                it.name,
+                it.size,
+                it.save_cost,
+                it.recompute_cost,
+                it.inputs,
+                it.can_save and (can_save is None or i in can_save),
+                it.can_recompute and (can_recompute is None or i in can_recompute),
+                it.is_forward,
+                it.kind,
+            )
+            for i, it in enumerate(self.items)
+        )
+        return Problem(items, self.needed)
+
+
+@dataclass(frozen=True)
+class Plan:
+    saved: frozenset[int]
+    recomputed: frozenset[int]
+
+    def size(self, problem: Problem) -> int:
+        return sum(problem.items[i].size for i in self.saved)
+
+    def cost(self, problem: Problem) -> float:
+        items = problem.items
+        return sum(items[i].save_cost for i in self.saved) + sum(
+            items[i].recompute_cost for i in self.recomputed
+        )
+
+    def violations(self, problem: Problem) -> list[str]:
+        """Why the plan is not executable; empty when it is."""
+        items = problem.items
+        problems: list[str] = []
+        for i in sorted(self.saved & self.recomputed):
+            problems.append(f"{items[i].name} is both saved and recomputed")
+        for i in sorted(self.saved):
+            if not items[i].can_save:
+                problems.append(f"{items[i].name} may not be saved")
+        available = self.saved | self.recomputed
+        for i in sorted(self.recomputed):
+            if not items[i].can_recompute:
+                problems.append(f"{items[i].name} may not be recomputed")
+            problems += [
+                f"{items[i].name} is recomputed but its input {items[j].name} is unavailable"
+                for j in items[i].inputs
+                if j not in available
+            ]
+        problems += [f"{items[i].name} is needed but unavailable" for i in sorted(problem.needed - available)]
+        return problems
+
+    def pruned(self, problem: Problem) -> Plan:
+        """Drop saved/recomputed items that nothing needed depends on (zero-cost ties)."""
+        keep: set[int] = set()
+        stack = sorted(problem.needed)
+        while stack:
+            i = stack.pop()
+            if i in keep:
+                continue
+            keep.add(i)
+            if i in self.recomputed:
+                stack += problem.items[i].inputs
+        return Plan(self.saved & keep, self.recomputed & keep)

@@ -1,0 +1,246 @@
+"""Stage 5: what was decided, in a stable text form and as JSON.
+
+Names are canonical: ``<module path>/<op>`` from the node's ``nn_module_stack``, with
+``#k`` for the k-th further op of that kind in that module, so a report reads like the
+model and does not change when unrelated parts of the graph do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import json
+import logging
+import operator
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import fx
+
+from recompute_pass.costing import Costed
+from recompute_pass.extraction import Partition
+from recompute_pass.solve import Decision
+
+log = logging.getLogger("recompute_pass")
+
+_collectors: contextvars.ContextVar[tuple[list[PartitionReport], ...]] = contextvars.ContextVar(
+    "recompute_pass_report_collectors", default=()
+)
+
+
+@dataclass(frozen=True)
+class SavedValue:
+    name: str
+    op: str
+    shape: str
+    dtype: str
+    bytes: int
+    static: bool  # a parameter or other static-lifetime input: not charged to the budget
+
+
+@dataclass(frozen=True)
+class RecomputedValue:
+    name: str
+    op: str
+    shape: str
+    flops: int
+
+
+@dataclass(frozen=True)
+class PartitionReport:
+    budget_ratio: float | None
+    budget_bytes: int
+    saved_bytes: int
+    min_bytes: int
+    max_bytes: int
+    recompute_flops: int
+    estimated_recompute_time: float  # seconds, cost model
+    estimated_step_overhead: float  # seconds: recompute plus saved-tensor traffic (the objective)
+    solver: str
+    optimal: bool
+    solve_seconds: float
+    device: str
+    saved: tuple[SavedValue, ...]
+    recomputed: tuple[RecomputedValue, ...]
+    notes: tuple[str, ...] = ()
+    fallback: str | None = None  # why PyTorch's partitioner was used instead, if it was
+
+    def summary(self) -> str:
+        if self.fallback:
+            return f"recompute_pass: fell back to PyTorch's partitioner: {self.fallback}"
+        budget = "absolute" if self.budget_ratio is None else f"ratio {self.budget_ratio:.2f}"
+        return (
+            f"recompute_pass: saved {_fmt_bytes(self.saved_bytes)} of budget {_fmt_bytes(self.budget_bytes)} "
+            f"({budget}; range {_fmt_bytes(self.min_bytes)}..{_fmt_bytes(self.max_bytes)}), "
+            f"recompute {self.recompute_flops:,} FLOP ~{_fmt_seconds(self.estimated_recompute_time)}, "
+            f"{self.solver}{' optimal' if self.optimal else ''} in {self.solve_seconds:.3f}s"
+        )
+
+    def to_text(self) -> str:
+        """Deterministic for a given graph and options: no timings, canonical names."""
+        if self.fallback:
+            return self.summary()
+        budget = "absolute" if self.budget_ratio is None else f"ratio {self.budget_ratio:g}"
+        lines = [
+            f"solver: {self.solver}{' (optimal)' if self.optimal else ''}, device: {self.device}",
+            f"budget: {budget} -> {self.budget_bytes:,} B (range {self.min_bytes:,}..{self.max_bytes:,} B)",
+            f"saved: {self.saved_bytes:,} B in {sum(not s.static for s in self.saved)} activations"
+            f" (+{sum(s.static for s in self.saved)} static inputs)",
+            f"recomputed: {len(self.recomputed)} ops, {self.recompute_flops:,} FLOP,"
+            f" est. {_fmt_seconds(self.estimated_recompute_time)}",
+        ]
+        lines += [f"note: {n}" for n in self.notes]
+        activations = [s for s in self.saved if not s.static]
+        if activations:
+            lines.append("saved activations:")
+            lines += _table(
+                ("name", "op", "shape", "dtype", "bytes"),
+                [(s.name, s.op, s.shape, s.dtype, f"{s.bytes:,}") for s in activations],
+            )
+        if self.recomputed:
+            lines.append("recomputed:")
+            lines += _table(
+                ("name", "op", "shape", "flops"),
+                [(r.name, r.op, r.shape, f"{r.flops:,}") for r in self.recomputed],
+            )
+        return "\n".join(lines)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[k]) for r in (header, *rows)) for k in range(len(header))]
+    numeric = {len(header) - 1}
+    out = []
+    for r in (header, *rows):
+        cells = [
+            c.rjust(w) if k in numeric else c.ljust(w) for k, (c, w) in enumerate(zip(r, widths, strict=True))
+        ]
+        out.append("  " + "  ".join(cells).rstrip())
+    return out
+
+
+def _fmt_bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _fmt_seconds(s: float) -> str:
+    if s == 0:
+        return "0 s"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if s >= scale:
+            return f"{s / scale:.3g} {unit}"
+    return f"{s / 1e-9:.3g} ns"
+
+
+def canonical_names(nodes: Iterable[fx.Node]) -> dict[fx.Node, str]:
+    """Readable names that depend on the model's structure, not on tracing counters."""
+    names: dict[fx.Node, str] = {}
+    seen: Counter[str] = Counter()
+    for node in nodes:
+        if node.op != "call_function":
+            names[node] = node.name
+            continue
+        if node.target is operator.getitem and node.args[0] in names:
+            names[node] = f"{names[node.args[0]]}[{node.args[1]}]"
+            continue
+        stack = node.meta.get("nn_module_stack") or {}
+        path = next(reversed(stack.values()))[0] if stack else ""
+        path = path.removeprefix("L['self']").removeprefix(".").replace("L['self']", "")
+        base = f"{path}/{op_name(node)}" if path else op_name(node)
+        names[node] = base if seen[base] == 0 else f"{base}#{seen[base]}"
+        seen[base] += 1
+    return names
+
+
+def op_name(node: fx.Node) -> str:
+    target = node.target
+    packet = getattr(target, "_overloadpacket", None)
+    if packet is not None:
+        return packet.__name__
+    return getattr(target, "__name__", str(target))
+
+
+def describe_shape(val: object) -> tuple[str, str]:
+    """(shape, dtype) of a node's value, shapes in the graph's symbols."""
+    if isinstance(val, torch.Tensor):
+        return "[" + ", ".join(str(s) for s in val.shape) + "]", str(val.dtype).removeprefix("torch.")
+    if isinstance(val, torch.SymInt | int):
+        return str(val), "symint"
+    return "-", "-"
+
+
+@contextlib.contextmanager
+def capture_reports() -> Iterator[list[PartitionReport]]:
+    """Collect one ``PartitionReport`` per graph partitioned inside the block.
+
+    Compiles with caches on may reuse a partition without calling the partitioner; tests
+    that count reports disable them (``torch._inductor.config.force_disable_caches``).
+    """
+    reports: list[PartitionReport] = []
+    token = _collectors.set((*_collectors.get(), reports))
+    try:
+        yield reports
+    finally:
+        _collectors.reset(token)
+
+
+def publish(report: PartitionReport) -> None:
+    """Log the report (summary at INFO, table at DEBUG) and hand it to active captures."""
+    if report.fallback:
+        log.warning(report.summary())
+    else:
+        log.info(report.summary())
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("recompute_pass partition:\n%s", report.to_text())
+    for collector in _collectors.get():
+        collector.append(report)
+
+
+def build_report(costed: Costed, decision: Decision, partition: Partition) -> PartitionReport:
+    joint, problem = costed.joint, costed.problem
+    index = {c.node.name: i for i, c in enumerate(joint.candidates)}
+    names = canonical_names(joint.module.graph.nodes)
+    nodes = {c.node.name: c.node for c in joint.candidates}
+
+    saved = []
+    for name in partition.saved:
+        node, item = nodes[name], problem.items[index[name]]
+        shape, dtype = describe_shape(node.meta.get("val"))
+        saved.append(
+            SavedValue(
+                names[node], op_name(node), shape, dtype, item.size, joint.candidates[index[name]].static
+            )
+        )
+    recomputed = []
+    for name in partition.recomputed:
+        node = nodes[name]
+        shape, _ = describe_shape(node.meta.get("val"))
+        recomputed.append(RecomputedValue(names[node], op_name(node), shape, costed.flops[index[name]]))
+    recomputed_items = [index[name] for name in partition.recomputed]
+    return PartitionReport(
+        budget_ratio=decision.budget_ratio,
+        budget_bytes=decision.budget_bytes,
+        saved_bytes=sum(s.bytes for s in saved),
+        min_bytes=decision.min_bytes,
+        max_bytes=decision.max_bytes,
+        recompute_flops=sum(r.flops for r in recomputed),
+        estimated_recompute_time=sum(problem.items[i].recompute_cost for i in recomputed_items),
+        estimated_step_overhead=decision.plan.cost(problem),
+        solver=decision.solver,
+        optimal=decision.optimal,
+        solve_seconds=decision.solve_seconds,
+        device=costed.device.name,
+        saved=tuple(saved),
+        recomputed=tuple(recomputed),
+        notes=decision.notes,
+    )

@@ -1,0 +1,86 @@
+"""Stage 3: turn the budget into bytes and run the chosen strategy.
+
+The ratio spans the activation bytes valid plans can save: 0 is the fewest any plan
+saves, 1 is what the cheapest plan (by the cost model) saves. Both ends are exact
+unbudgeted problems, solved as min cuts.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from recompute_pass.options import RecomputeOptions
+from recompute_pass.problem import Plan, Problem
+from recompute_pass.strategies import STRATEGIES
+from recompute_pass.strategies.cut import CutGraph, check_feasible
+from recompute_pass.strategies.strategy_mincut import dominant_price
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Decision:
+    plan: Plan
+    solver: str
+    optimal: bool
+    notes: tuple[str, ...]
+    budget_ratio: float | None  # None when an absolute budget was given
+    budget_bytes: int
+    min_bytes: int
+    max_bytes: int
+    solve_seconds: float
+
+
+def byte_range(problem: Problem) -> tuple[int, int]:
+    """(fewest bytes any plan saves, bytes the cheapest plan saves)."""
+    graph = CutGraph.build(problem)
+    fewest = graph.solve(problem, dominant_price(problem)).size(problem)
+    cheapest = graph.solve(problem, 0.0).size(problem)
+    return fewest, max(fewest, cheapest)
+
+
+def decide(problem: Problem, options: RecomputeOptions) -> Decision:
+    start = time.perf_counter()
+    check_feasible(problem)
+    low, high = byte_range(problem)
+    notes: list[str] = []
+    if options.memory_budget_bytes is not None:
+        ratio = None
+        budget = options.memory_budget_bytes
+        if budget < low:
+            log.warning(
+                "recompute_pass: memory_budget_bytes=%d is below the %d bytes the smallest valid plan "
+                "saves; using that plan",
+                budget,
+                low,
+            )
+            notes.append(f"absolute budget {budget} B infeasible; minimum plan used")
+            budget = low
+    else:
+        ratio = options.memory_budget
+        # Floor, so that rounding never lets the plan exceed the ratio's bytes.
+        budget = low + int((high - low) * ratio)
+    strategy = STRATEGIES[options.solver]
+    solution = strategy.solve(problem, budget, time_limit=options.time_limit)
+    plan = solution.plan
+    violations = plan.violations(problem)
+    if violations:
+        raise RuntimeError(f"solver {strategy.name!r} returned an invalid plan: {violations[:5]}")
+    size = plan.size(problem)
+    if size > budget:
+        if strategy.honours_budget:
+            raise RuntimeError(f"solver {strategy.name!r} exceeded the budget: {size} > {budget} bytes")
+        notes.append(f"over budget by {size - budget} B (policy ignores the budget)")
+    return Decision(
+        plan=plan,
+        solver=strategy.name,
+        optimal=solution.optimal,
+        notes=(*notes, *solution.notes),
+        budget_ratio=ratio,
+        budget_bytes=budget,
+        min_bytes=low,
+        max_bytes=high,
+        solve_seconds=time.perf_counter() - start,
+    )

@@ -1,0 +1,23 @@
+"""Interchangeable solvers for the save-or-recompute problem, by name."""
+
+from __future__ import annotations
+
+from recompute_pass.strategies.base import InfeasibleProblem, Solution, Strategy
+from recompute_pass.strategies.strategy_milp import MILPStrategy
+from recompute_pass.strategies.strategy_mincut import MinCutStrategy
+from recompute_pass.strategies.strategy_no_recompute import NoRecomputeStrategy
+from recompute_pass.strategies.strategy_recompute_all import RecomputeAllStrategy
+from recompute_pass.strategies.strategy_selective import SelectiveStrategy
+
+STRATEGIES: dict[str, Strategy] = {
+    s.name: s
+    for s in (
+        MILPStrategy(),
+        MinCutStrategy(),
+        NoRecomputeStrategy(),
+        RecomputeAllStrategy(),
+        SelectiveStrategy(),
+    )
+}
+
+__all__ = ["STRATEGIES", "InfeasibleProblem", "Solution", "Strategy"]

@@ -1,0 +1,69 @@
+"""Run one training step eagerly or compiled, from the same seed, and compare."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from benchmarks.measure import saved_activation_bytes
+from benchmarks.models import ModelCase
+from recompute_pass import PartitionReport, capture_reports
+
+# fp32 on CPU: recomputation reorders nothing, but a recomputed value may be produced by
+# a differently fused kernel; 1e-5 relative (plus 1e-6 absolute) covers the rounding.
+RTOL, ATOL = 1e-5, 1e-6
+
+
+@dataclass
+class Step:
+    loss: torch.Tensor
+    grads: dict[str, torch.Tensor]
+    saved_bytes: int  # activations held for backward, parameters and buffers excluded
+    reports: list[PartitionReport]
+
+
+def run_step(
+    model: torch.nn.Module,
+    inputs: tuple[torch.Tensor, ...],
+    *,
+    backend: Callable[..., Any] | str | None = None,
+    seed: int = 0,
+    dynamic: bool | None = None,
+) -> Step:
+    """One forward+backward of a copy of ``model``; ``backend=None`` runs eagerly."""
+    model = copy.deepcopy(model)
+    fn: Callable[..., torch.Tensor] = model
+    if backend is not None:
+        torch._dynamo.reset()
+        fn = torch.compile(model, backend=backend, dynamic=dynamic)
+    with capture_reports() as reports:
+        torch.manual_seed(seed)
+        loss = fn(*inputs)
+    static = [*model.parameters(), *model.buffers()]
+    saved = saved_activation_bytes(loss, exclude=static)
+    loss.backward()
+    grads = {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
+    return Step(loss.detach(), grads, saved, reports)
+
+
+def case_inputs(case: ModelCase, batch: int = 4, seed: int = 1) -> tuple[torch.Tensor, ...]:
+    torch.manual_seed(seed)
+    return case.inputs(batch)
+
+
+def build(case: ModelCase, seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return case.build()
+
+
+def assert_same_step(actual: Step, expected: Step, *, rtol: float = RTOL, atol: float = ATOL) -> None:
+    torch.testing.assert_close(actual.loss, expected.loss, rtol=rtol, atol=atol)
+    assert actual.grads.keys() == expected.grads.keys()
+    for name, grad in expected.grads.items():
+        torch.testing.assert_close(
+            actual.grads[name], grad, rtol=rtol, atol=atol, msg=lambda m, n=name: f"{n}: {m}"
+        )
