@@ -6,10 +6,12 @@ measured is eager (DESIGN.md).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import torch
 from torch.autograd.graph import Node
+from torch.profiler import ProfilerActivity, profile, record_function
 
 
 def _saved_tensors(node: Node) -> list[torch.Tensor]:
@@ -48,3 +50,51 @@ def saved_activation_bytes(output: torch.Tensor, exclude: Iterable[torch.Tensor]
                 storages[storage.data_ptr()] = storage.nbytes()
         stack += [next_node for next_node, _ in node.next_functions if next_node is not None]
     return sum(storages.values())
+
+
+@dataclass(frozen=True)
+class StepMemory:
+    """Allocator view of one forward+backward, relative to the level when it started."""
+
+    peak_bytes: int  # highest level during the step
+    after_forward_bytes: int  # level when the forward returned: what it left allocated
+
+
+_BACKWARD_MARK = "benchmarks.measure.backward"
+
+
+def step_memory(
+    forward: Callable[[], torch.Tensor], backward: Callable[[torch.Tensor], None], device: torch.device
+) -> tuple[StepMemory, torch.Tensor]:
+    """Run ``backward(forward())`` and measure allocations; returns the loss too.
+
+    CUDA: ``torch.cuda.max_memory_allocated``/``memory_allocated``. CPU (no allocator
+    statistics): the profiler's allocation events (positive: allocation, negative: free),
+    summed in time order; the backward starts at a ``record_function`` mark.
+    """
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        start = torch.cuda.memory_allocated(device)
+        loss = forward()
+        torch.cuda.synchronize(device)
+        after = torch.cuda.memory_allocated(device) - start
+        backward(loss)
+        torch.cuda.synchronize(device)
+        return StepMemory(torch.cuda.max_memory_allocated(device) - start, after), loss
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        loss = forward()
+        with record_function(_BACKWARD_MARK):
+            backward(loss)
+    events = prof.profiler.kineto_results.events()  # type: ignore[union-attr]
+    (mark,) = (e.start_ns() for e in events if e.name() == _BACKWARD_MARK)
+    allocations = sorted(
+        (e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]" and e.device_type().name == "CPU"
+    )
+    level = peak = after = 0
+    for ns, nbytes in allocations:
+        if ns < mark:
+            after += nbytes
+        level += nbytes
+        peak = max(peak, level)
+    return StepMemory(peak, after), loss

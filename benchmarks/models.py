@@ -120,6 +120,7 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.dim)
         self.head = nn.Linear(cfg.dim, cfg.vocab, bias=False)
         self.head.weight = self.tok.weight
+        self.apply(_gpt2_init)
 
     def forward(self, idx: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         pos = torch.arange(idx.shape[1], device=idx.device)
@@ -128,6 +129,14 @@ class GPT(nn.Module):
             x = block(x)
         logits = self.head(self.ln_f(x))
         return F.cross_entropy(logits.flatten(0, 1), target.flatten())
+
+
+def _gpt2_init(module: nn.Module) -> None:
+    """GPT-2's initialisation (N(0, 0.02) weights, zero biases): sane logits at step 0."""
+    if isinstance(module, nn.Linear | nn.Embedding):
+        nn.init.normal_(module.weight, std=0.02)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
 
 
 class GPTBlockModel(nn.Module):
@@ -210,6 +219,7 @@ class Llama(nn.Module):
         self.blocks = nn.ModuleList(LlamaBlock(cfg) for _ in range(cfg.layers))
         self.norm = RMSNorm(cfg.dim)
         self.head = nn.Linear(cfg.dim, cfg.vocab, bias=False)
+        self.apply(_gpt2_init)
 
     def forward(self, idx: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         x = self.tok(idx)

@@ -57,7 +57,8 @@ REDUCTION_OPS = _names(
 DATA_MOVEMENT_OPS = _names(
     """
     cat stack index _unsafe_index index_select gather scatter scatter_add scatter_reduce index_put
-    _unsafe_index_put index_add index_copy index_fill masked_scatter masked_select embedding
+    _unsafe_index_put _unsafe_masked_index _unsafe_masked_index_put_accumulate
+    index_add index_copy index_fill masked_scatter masked_select embedding
     embedding_dense_backward copy copy_ constant_pad_nd reflection_pad2d replication_pad2d
     slice_scatter select_scatter diagonal_scatter as_strided_scatter repeat flip roll tril triu full
     full_like zeros zeros_like ones ones_like new_full new_zeros new_ones scalar_tensor arange iota

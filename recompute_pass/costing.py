@@ -65,8 +65,7 @@ def build_problem(joint: JointGraph, device: DeviceProfile) -> Costed:
     costs: list[NodeCost] = []
     flops: list[int] = []
     for candidate in joint.candidates:
-        node = candidate.node
-        cost = node_cost(node)
+        node, cost = candidate.node, candidate.cost
         concrete = cost.evaluate(hints)
         costs.append(cost)
         flops.append(concrete.flops)

@@ -16,7 +16,7 @@ import torch
 from torch import fx
 from torch.utils.checkpoint import CheckpointPolicy
 
-from cost_model import OpKind, node_cost
+from cost_model import NodeCost, OpKind, classify, node_cost
 from recompute_pass import torch_internals as ti
 
 _SAVE_POLICIES = (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE)
@@ -29,6 +29,7 @@ class Candidate:
     value that depends on forward values alone (PyTorch's "unclaimed" nodes)."""
 
     node: fx.Node
+    cost: NodeCost
     inputs: tuple[fx.Node, ...]  # candidate inputs, in argument order
     forward: bool  # the forward computes it anyway
     static: bool  # a static-lifetime input (parameter): alive anyway, costs no budget
@@ -114,20 +115,20 @@ def _owns_storage(node: fx.Node, kind: OpKind) -> bool:
     """
     if node.target is operator.getitem:
         parent = node.args[0]
-        return isinstance(parent, fx.Node) and node_cost(parent).kind != OpKind.VIEW
+        return isinstance(parent, fx.Node) and classify(parent) != OpKind.VIEW
     return kind != OpKind.VIEW
 
 
 def _candidate(node: fx.Node, inputs: tuple[fx.Node, ...], *, forward: bool, static: bool) -> Candidate:
     val = node.meta.get("val")
-    target = node.target
+    cost = node_cost(node)
     if node.op == "placeholder":
-        return Candidate(node, (), True, static, True, False, "input")
+        return Candidate(node, cost, (), True, static, True, False, "input")
     if ti.is_sym_node(node):
         # Shape arithmetic: saved as a SymInt (free), never worth recomputing.
-        return Candidate(node, inputs, forward, False, True, False, "symint")
+        return Candidate(node, cost, inputs, forward, False, True, False, "symint")
 
-    kind = node_cost(node).kind
+    kind = cost.kind
     reasons: list[str] = []
     can_save = True
     if val is None:
@@ -144,11 +145,10 @@ def _candidate(node: fx.Node, inputs: tuple[fx.Node, ...], *, forward: bool, sta
         reasons.append("must run in backward")
 
     can_recompute = True
-    tags = getattr(target, "tags", ())
-    if torch.Tag.nondeterministic_seeded in tags:
+    if cost.is_random:  # a second draw would differ: wrong gradients
         can_recompute = False
         reasons.append("random")
-    elif isinstance(target, ti.HigherOrderOperator):
+    elif isinstance(node.target, ti.HigherOrderOperator):
         can_recompute = False
         reasons.append("higher-order op")
     elif node.is_impure() or ti.must_be_in_forward(node):
@@ -162,4 +162,4 @@ def _candidate(node: fx.Node, inputs: tuple[fx.Node, ...], *, forward: bool, sta
     elif policy in _RECOMPUTE_POLICIES and can_recompute and can_save:
         can_save = False
         reasons.append(f"{policy.name}")
-    return Candidate(node, inputs, forward, False, can_save, can_recompute, ", ".join(reasons))
+    return Candidate(node, cost, inputs, forward, False, can_save, can_recompute, ", ".join(reasons))

@@ -45,6 +45,7 @@ class SavedValue:
 class RecomputedValue:
     name: str
     op: str
+    kind: str  # cost_model.OpKind value
     shape: str
     flops: int
 
@@ -100,11 +101,13 @@ class PartitionReport:
                 ("name", "op", "shape", "dtype", "bytes"),
                 [(s.name, s.op, s.shape, s.dtype, f"{s.bytes:,}") for s in activations],
             )
-        if self.recomputed:
-            lines.append("recomputed:")
+        work = [r for r in self.recomputed if r.kind != "view"]
+        if work:
+            views = len(self.recomputed) - len(work)
+            lines.append(f"recomputed (views, free, not listed: {views}):")
             lines += _table(
                 ("name", "op", "shape", "flops"),
-                [(r.name, r.op, r.shape, f"{r.flops:,}") for r in self.recomputed],
+                [(r.name, r.op, r.shape, f"{r.flops:,}") for r in work],
             )
         return "\n".join(lines)
 
@@ -163,6 +166,8 @@ def canonical_names(nodes: Iterable[fx.Node]) -> dict[fx.Node, str]:
 
 
 def op_name(node: fx.Node) -> str:
+    if node.op == "placeholder":
+        return "input"
     target = node.target
     packet = getattr(target, "_overloadpacket", None)
     if packet is not None:
@@ -225,7 +230,8 @@ def build_report(costed: Costed, decision: Decision, partition: Partition) -> Pa
     for name in partition.recomputed:
         node = nodes[name]
         shape, _ = describe_shape(node.meta.get("val"))
-        recomputed.append(RecomputedValue(names[node], op_name(node), shape, costed.flops[index[name]]))
+        kind = costed.problem.items[index[name]].kind
+        recomputed.append(RecomputedValue(names[node], op_name(node), kind, shape, costed.flops[index[name]]))
     recomputed_items = [index[name] for name in partition.recomputed]
     return PartitionReport(
         budget_ratio=decision.budget_ratio,

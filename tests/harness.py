@@ -38,7 +38,7 @@ def run_step(
     model = copy.deepcopy(model)
     fn: Callable[..., torch.Tensor] = model
     if backend is not None:
-        torch._dynamo.reset()
+        torch.compiler.reset()
         fn = torch.compile(model, backend=backend, dynamic=dynamic)
     with capture_reports() as reports:
         torch.manual_seed(seed)

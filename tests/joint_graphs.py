@@ -44,7 +44,7 @@ def capture_joints(
         )
         return ti.min_cut_rematerialization_partition(gm, joint_inputs, compiler="inductor", **kwargs)
 
-    torch._dynamo.reset()
+    torch.compiler.reset()
     compiled = torch.compile(model, backend=ti.eager_aot_backend(capture), dynamic=dynamic)
     compiled(*inputs).backward()
     return captured

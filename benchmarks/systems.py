@@ -1,0 +1,88 @@
+"""The systems compared, and how each turns a model into a training step.
+
+Every compiled system runs the same pipeline (Dynamo -> AOTAutograd -> partitioner ->
+Inductor, or the graphs run eagerly on the ``graphs`` path); only the partitioner differs,
+and it is always wrapped in ``RecordingPartitioner`` so every system is measured the same
+way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import fx
+
+from benchmarks.partition_stats import BudgetedMinCut, Partitioner, RecordingPartitioner
+from recompute_pass import RecomputeOptions, RecomputePartitioner
+from recompute_pass import torch_internals as ti
+
+PATHS = ("inductor", "graphs")
+"""``inductor``: real compiled kernels. ``graphs``: the partitioned graphs run eagerly with
+Inductor's decompositions and no codegen (``aot_eager_decomp_partition``): seconds instead
+of a minute per compile, same partitioners, but without Inductor's joint-graph passes."""
+
+
+@dataclass(frozen=True)
+class System:
+    name: str
+    label: str  # for tables and plots
+    kind: str  # "eager" | "checkpoint" | "compiled"
+    budgeted: bool  # swept over budgets; otherwise measured once per model
+    solver: str | None = None  # ours: the strategy; None for PyTorch's partitioners
+    pytorch_budget: bool = False  # sets ``activation_memory_budget``
+    by_bytes: bool = False  # ours at an absolute byte budget (``Config.budget_bytes``)
+
+    @property
+    def ours(self) -> bool:
+        return self.solver is not None
+
+    def partitioner(self, budget: float | None, budget_bytes: int | None) -> Partitioner | None:
+        if self.kind != "compiled":
+            return None
+        if not self.ours:
+            return BudgetedMinCut(budget if self.pytorch_budget else None)
+        # No silent fallback: a failure of ours is reported as an error, not measured as PyTorch's.
+        options = RecomputeOptions(solver=self.solver or "milp", fallback=False)
+        if self.by_bytes:
+            options = options.replace(memory_budget_bytes=budget_bytes)
+        elif budget is not None:
+            options = options.replace(memory_budget=budget)
+        return RecomputePartitioner(options)
+
+
+SYSTEMS: dict[str, System] = {
+    s.name: s
+    for s in (
+        System("eager", "eager", "eager", False),
+        System("checkpoint", "eager + checkpoint/block", "checkpoint", False),
+        System("compile", "torch.compile", "compiled", False),
+        System("compile_budget", "torch.compile + memory budget", "compiled", True, pytorch_budget=True),
+        System("recompute", "recompute (milp)", "compiled", True, solver="milp"),
+        System("recompute_mincut", "recompute (mincut)", "compiled", True, solver="mincut"),
+        System("recompute_no_recompute", "recompute: no_recompute", "compiled", False, solver="no_recompute"),
+        System(
+            "recompute_recompute_all", "recompute: recompute_all", "compiled", False, solver="recompute_all"
+        ),
+        System("recompute_selective", "recompute: selective", "compiled", False, solver="selective"),
+        System(
+            "recompute_at_selective", "recompute (milp) @ selective bytes", "compiled", False, "milp", by_bytes=True
+        ),
+    )
+}
+DEFAULT_SYSTEMS = tuple(name for name in SYSTEMS if name != "recompute_mincut")
+
+
+def make_backend(recorder: RecordingPartitioner, path: str) -> Callable[..., Any]:
+    """A Dynamo backend partitioning with ``recorder`` on the given path."""
+    if path == "graphs":
+        return ti.eager_aot_backend(recorder)
+
+    def inductor(gm: fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> Callable[..., Any]:
+        # What ``recompute_backend`` does, with the recording wrapper around the partitioner.
+        with ti.inductor_config.patch(custom_partitioner_fn=recorder):
+            return ti.compile_fx(gm, list(example_inputs))
+
+    return inductor
