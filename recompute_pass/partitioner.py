@@ -19,6 +19,7 @@ from recompute_pass.joint_graph import analyze, prepare
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.report import PartitionReport, build_report, publish
 from recompute_pass.solve import decide
+from recompute_pass.strategies.strategy_mincut import hull
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,8 @@ def partition(
     saved = [candidates[i].node for i in sorted(decision.plan.saved)]
     recomputed = {candidates[i].node for i in decision.plan.recomputed}
     result = extract(joint, saved, recomputed)
-    return result.forward, result.backward, build_report(costed, decision, result)
+    report = build_report(costed, decision, result, hull(costed.problem))
+    return result.forward, result.backward, report
 
 
 class RecomputePartitioner(ti.CustomPartitionerFn):

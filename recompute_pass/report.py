@@ -22,6 +22,7 @@ from torch import fx
 
 from recompute_pass.costing import Costed
 from recompute_pass.extraction import Partition
+from recompute_pass.problem import Plan
 from recompute_pass.solve import Decision
 
 log = logging.getLogger("recompute_pass")
@@ -68,6 +69,9 @@ class PartitionReport:
     recomputed: tuple[RecomputedValue, ...]
     notes: tuple[str, ...] = ()
     fallback: str | None = None  # why PyTorch's partitioner was used instead, if it was
+    # The memory/time Pareto frontier's convex hull: (saved bytes, estimated step overhead
+    # in seconds) per vertex, fewest bytes first; what other budgets would buy.
+    frontier: tuple[tuple[int, float], ...] = ()
 
     def summary(self) -> str:
         if self.fallback:
@@ -94,6 +98,9 @@ class PartitionReport:
             f" est. {_fmt_seconds(self.estimated_recompute_time)}",
         ]
         lines += [f"note: {n}" for n in self.notes]
+        if self.frontier:
+            points = ", ".join(f"{size:,} B: {_fmt_seconds(cost)}" for size, cost in self.frontier)
+            lines.append(f"frontier (saved bytes: est. overhead): {points}")
         activations = [s for s in self.saved if not s.static]
         if activations:
             lines.append("saved activations:")
@@ -211,7 +218,9 @@ def publish(report: PartitionReport) -> None:
         collector.append(report)
 
 
-def build_report(costed: Costed, decision: Decision, partition: Partition) -> PartitionReport:
+def build_report(
+    costed: Costed, decision: Decision, partition: Partition, frontier: tuple[Plan, ...] = ()
+) -> PartitionReport:
     joint, problem = costed.joint, costed.problem
     index = {c.node.name: i for i, c in enumerate(joint.candidates)}
     names = canonical_names(joint.module.graph.nodes)
@@ -249,4 +258,5 @@ def build_report(costed: Costed, decision: Decision, partition: Partition) -> Pa
         saved=tuple(saved),
         recomputed=tuple(recomputed),
         notes=decision.notes,
+        frontier=tuple((plan.size(problem), plan.cost(problem)) for plan in frontier),
     )

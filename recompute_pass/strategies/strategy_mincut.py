@@ -11,6 +11,7 @@ the budget falls on a hull vertex and a few percent off otherwise; the MILP clos
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass
 
 from recompute_pass.problem import Plan, Problem
@@ -18,6 +19,13 @@ from recompute_pass.strategies.base import Solution
 from recompute_pass.strategies.cut import CutGraph, check_feasible
 
 _MAX_STEPS = 64
+
+
+def _below_line(problem: Problem, plan: Plan, on_line: Plan, price: float) -> bool:
+    """Whether ``plan`` beats ``on_line`` at ``price``: a hull vertex lies between."""
+    line = on_line.cost(problem) + price * on_line.size(problem)
+    value = plan.cost(problem) + price * plan.size(problem)
+    return value < line - 1e-9 * abs(line)
 
 
 @dataclass(frozen=True)
@@ -54,8 +62,7 @@ def bracket(problem: Problem, budget: float, *, time_limit: float = float("inf")
         price = max(high_cost - low_cost, 0.0) / (low_size - high_size)
         middle = graph.solve(problem, price)
         steps += 1
-        value = middle.cost(problem) + price * middle.size(problem)
-        if middle in (low, high) or value >= low_cost + price * low_size * (1 - 1e-12):
+        if middle in (low, high) or not _below_line(problem, middle, low, price):
             break  # no hull vertex between: low and high are adjacent
         if middle.size(problem) <= budget:
             high = middle
@@ -75,3 +82,32 @@ class MinCutStrategy:
         if not fits:
             notes.append("budget below the fewest bytes any plan saves")
         return Solution(result.feasible, optimal=result.beyond is None and fits, notes=tuple(notes))
+
+
+def hull(problem: Problem, *, max_solves: int = 32) -> tuple[Plan, ...]:
+    """Vertices of the lower convex hull of the (bytes, cost) frontier, fewest bytes first.
+
+    Each vertex is the optimum at some price; between two known vertices the slope gives
+    the price at which a vertex in between, if any, wins (Eisner-Severance). Stops after
+    ``max_solves`` min cuts, leaving the hull coarser but every point on it exact.
+    """
+    check_feasible(problem)
+    graph = CutGraph.build(problem)
+    cheapest = graph.solve(problem, 0.0)
+    smallest = graph.solve(problem, dominant_price(problem))
+    solves = 2
+    vertices = {smallest, cheapest}
+    pending = deque([(smallest, cheapest)])  # breadth first: a capped hull is evenly coarse
+    while pending and solves < max_solves:
+        small, big = pending.popleft()
+        small_size, big_size = small.size(problem), big.size(problem)
+        if big_size <= small_size:
+            continue
+        price = max(small.cost(problem) - big.cost(problem), 0.0) / (big_size - small_size)
+        middle = graph.solve(problem, price)
+        solves += 1
+        if middle in vertices or not _below_line(problem, middle, big, price):
+            continue
+        vertices.add(middle)
+        pending += [(small, middle), (middle, big)]
+    return tuple(sorted(vertices, key=lambda p: (p.size(problem), p.cost(problem))))
