@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from recompute_pass.problem import Item, Plan, Problem
 from recompute_pass.strategies import STRATEGIES, InfeasibleProblem
 from recompute_pass.strategies.cut import CutGraph, check_feasible
-from recompute_pass.strategies.strategy_mincut import bracket
+from recompute_pass.strategies.strategy_mincut import bracket, hull
 
 
 def brute_force(problem: Problem, budget: float) -> Plan | None:
@@ -135,3 +135,17 @@ def test_infeasible_problem_is_named() -> None:
     problem = Problem((Item("stuck", 4, 0.0, 0.0, (), False, False),), frozenset({0}))
     with pytest.raises(InfeasibleProblem, match="stuck"):
         check_feasible(problem)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(problems())
+def test_hull_vertices_are_optimal_for_their_own_size(problem: Problem) -> None:
+    assume(_feasible(problem))
+    vertices = hull(problem)
+    sizes = [v.size(problem) for v in vertices]
+    costs = [v.cost(problem) for v in vertices]
+    assert sizes == sorted(sizes) and costs == sorted(costs, reverse=True)
+    for vertex in vertices:
+        assert vertex.violations(problem) == []
+        best = brute_force(problem, vertex.size(problem))
+        assert best is not None and _close(vertex.cost(problem), best.cost(problem))
