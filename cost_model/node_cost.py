@@ -125,7 +125,10 @@ def node_cost(node: fx.Node) -> NodeCost:
         return _node_cost(node, name)
     except Exception as exc:  # a cost model bug must not break compilation
         log_once(logger, logging.WARNING, "cost model error, using bytes-only fallback", name, repr(exc))
-        return _cost(name, OpKind.UNKNOWN, ZERO, _safe(lambda: _bytes_in(node)), ZERO, None, False, False)
+        # Assume a seeded op draws fresh randomness: claiming otherwise could get it
+        # recomputed with a different result.
+        random = torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+        return _cost(name, OpKind.UNKNOWN, ZERO, _safe(lambda: _bytes_in(node)), ZERO, None, random, False)
 
 
 def _safe(fn: Any) -> sympy.Expr:

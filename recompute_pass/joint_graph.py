@@ -8,6 +8,7 @@ a mutation repeated applies twice, a saved view keeps its base alive anyway.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -72,6 +73,7 @@ def analyze(
 
     candidates: list[Candidate] = []
     by_node: dict[fx.Node, Candidate] = {}
+    obtainable: dict[fx.Node, bool] = {}  # saved or rebuilt: backward can have it
     for node in module.graph.nodes:
         is_input = ti.is_primal(node) or ti.is_fwd_seed_offset(node)
         if (
@@ -82,8 +84,10 @@ def analyze(
             continue
         inputs = tuple(dict.fromkeys(n for n in node.all_input_nodes if n in by_node))
         candidate = _candidate(node, inputs, forward=info.is_required_fw(node), static=node in static)
+        candidate = _apply_recompute_policy(candidate, obtainable)
         candidates.append(candidate)
         by_node[node] = candidate
+        obtainable[node] = candidate.can_save or _rebuildable(candidate, obtainable)
 
     backward_users: dict[fx.Node, list[fx.Node]] = {}
     for node in module.graph.nodes:
@@ -151,6 +155,9 @@ def _candidate(node: fx.Node, inputs: tuple[fx.Node, ...], *, forward: bool, sta
     elif isinstance(node.target, ti.HigherOrderOperator):
         can_recompute = False
         reasons.append("higher-order op")
+    elif kind == OpKind.UNKNOWN:  # a custom op may have effects the schema does not show
+        can_recompute = False
+        reasons.append("unknown op")
     elif node.is_impure() or ti.must_be_in_forward(node):
         can_recompute = False
         reasons.append("side effect")
@@ -159,7 +166,21 @@ def _candidate(node: fx.Node, inputs: tuple[fx.Node, ...], *, forward: bool, sta
     if policy in _SAVE_POLICIES and can_save and can_recompute:
         can_recompute = False
         reasons.append(f"{policy.name}")
-    elif policy in _RECOMPUTE_POLICIES and can_recompute and can_save:
-        can_save = False
-        reasons.append(f"{policy.name}")
     return Candidate(node, cost, inputs, forward, False, can_save, can_recompute, ", ".join(reasons))
+
+
+def _rebuildable(candidate: Candidate, obtainable: dict[fx.Node, bool]) -> bool:
+    """Whether backward can recompute the value from values it can have (graph order:
+    every input was decided before its users)."""
+    return candidate.can_recompute and all(obtainable[n] for n in candidate.inputs)
+
+
+def _apply_recompute_policy(candidate: Candidate, obtainable: dict[fx.Node, bool]) -> Candidate:
+    """A MUST/PREFER_RECOMPUTE tag (``torch.utils.checkpoint``) forbids saving the value,
+    unless backward could not rebuild it then: a value downstream of a random draw (dropout
+    in a checkpointed region) is never recomputed here, so it must stay savable."""
+    policy = _policy(candidate.node)
+    if policy not in _RECOMPUTE_POLICIES or not candidate.can_save or not _rebuildable(candidate, obtainable):
+        return candidate
+    reason = ", ".join(r for r in (candidate.reason, policy.name) if r)
+    return dataclasses.replace(candidate, can_save=False, reason=reason)
