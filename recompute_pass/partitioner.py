@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import fx
 
 from recompute_pass import torch_internals as ti
@@ -36,17 +37,32 @@ def code_hash() -> str:
     return digest.hexdigest()
 
 
+def charged_static_inputs(module: fx.GraphModule, static: Sequence[int], compiler: str | None) -> list[int]:
+    """Static-lifetime inputs that really cost nothing when saved.
+
+    Inductor's layout optimisation converts convolution weights to channels-last inside
+    the compiled forward, and what backward then keeps is that copy, not the parameter.
+    """
+    if compiler != "inductor" or not ti.decide_layout_opt(module):
+        return list(static)
+    primals = [n for n in module.graph.nodes if ti.is_primal(n)]
+    weights = {n.args[1] for n in module.graph.nodes if n.target is torch.ops.aten.convolution.default}
+    return [i for i in static if primals[i] not in weights]
+
+
 def partition(
     module: fx.GraphModule,
     *,
     num_fwd_outputs: int,
     static_lifetime_input_indices: Sequence[int],
     options: RecomputeOptions,
+    compiler: str | None = None,
 ) -> tuple[fx.GraphModule, fx.GraphModule, PartitionReport]:
+    """``compiler="inductor"`` when Inductor will compile the result (it changes what a
+    saved parameter costs); ``None`` when the graphs run as they are."""
     prepare(module)
-    joint = analyze(
-        module, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=static_lifetime_input_indices
-    )
+    static = charged_static_inputs(module, static_lifetime_input_indices, compiler)
+    joint = analyze(module, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=static)
     costed = build_problem(joint, resolve_device(options.device, joint))
     decision = decide(costed.problem, options)
     candidates = joint.candidates
@@ -79,6 +95,7 @@ class RecomputePartitioner(ti.CustomPartitionerFn):
                 num_fwd_outputs=num_fwd_outputs,
                 static_lifetime_input_indices=static,
                 options=self.options,
+                compiler=kwargs.get("compiler"),
             )
         except Exception as error:
             if not self.options.fallback:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from torch import fx
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.backends.debugging import get_nop_func
 from torch._functorch import config as functorch_config
@@ -38,6 +39,7 @@ from torch._functorch.partitioners import (
 from torch._inductor import config as inductor_config
 from torch._inductor.compile_fx import compile_fx, select_decomp_table
 from torch._inductor.custom_graph_pass import CustomPartitionerFn
+from torch._inductor.graph import GraphLowering
 from torch._ops import HigherOrderOperator
 from torch.fx.experimental.proxy_tensor import is_sym_node
 
@@ -48,6 +50,7 @@ __all__ = [
     "classify_nodes",
     "cleanup_recompute_tags",
     "compile_fx",
+    "decide_layout_opt",
     "default_partition",
     "eager_aot_backend",
     "extract_fwd_bwd_modules",
@@ -80,6 +83,11 @@ must_be_in_forward = _must_be_in_forward
 must_be_in_backward = _must_be_in_backward
 extract_fwd_bwd_modules = _extract_fwd_bwd_modules
 extract_fwd_bwd_outputs = _extract_fwd_bwd_outputs
+
+
+def decide_layout_opt(gm: fx.GraphModule) -> bool:
+    """Whether Inductor will convert convolutions to channels-last in this training graph."""
+    return GraphLowering.decide_layout_opt(gm, is_inference=False)
 
 
 def eager_aot_backend(partition_fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -53,7 +53,9 @@ class TestSnapshots(TestCase):
     pass
 
     def test_mlp_budget_1(self) -> None:
-        self.assertExpectedInline(report_text("mlp", memory_budget=1.0), """\
+        self.assertExpectedInline(
+            report_text("mlp", memory_budget=1.0),
+            """\
 solver: milp (optimal), device: cpu
 budget: ratio 1 -> 2,048 B (range 256..2,048 B)
 saved: 2,048 B in 5 activations (+2 static inputs)
@@ -66,10 +68,13 @@ saved activations:
   relu       relu   [2, 64]  float32    512
   mul#2      mul    [2, 64]  float32    512
   mul#3      mul    [2, 32]  float32    256
-  add#1      add    [2, 64]  float32    512""")
+  add#1      add    [2, 64]  float32    512""",
+        )
 
     def test_mlp_budget_0_5(self) -> None:
-        self.assertExpectedInline(report_text("mlp", memory_budget=0.5), """\
+        self.assertExpectedInline(
+            report_text("mlp", memory_budget=0.5),
+            """\
 solver: milp (optimal), device: cpu
 budget: ratio 0.5 -> 1,152 B (range 256..2,048 B)
 saved: 1,024 B in 3 activations (+4 static inputs)
@@ -89,10 +94,13 @@ recomputed (views, free, not listed: 3):
   mul#1      mul    [2, 64]    128
   erf        erf    [2, 64]    128
   add        add    [2, 64]    128
-  mul#2      mul    [2, 64]    128""")
+  mul#2      mul    [2, 64]    128""",
+        )
 
     def test_mlp_budget_0(self) -> None:
-        self.assertExpectedInline(report_text("mlp", memory_budget=0.0), """\
+        self.assertExpectedInline(
+            report_text("mlp", memory_budget=0.0),
+            """\
 solver: milp (optimal), device: cpu
 budget: ratio 0 -> 256 B (range 256..2,048 B)
 saved: 256 B in 1 activations (+6 static inputs)
@@ -112,10 +120,13 @@ recomputed (views, free, not listed: 3):
   erf        erf    [2, 64]     128
   add        add    [2, 64]     128
   mul#2      mul    [2, 64]     128
-  fc3/addmm  addmm  [2, 32]   8,192""")
+  fc3/addmm  addmm  [2, 32]   8,192""",
+        )
 
     def test_mlp_absolute(self) -> None:
-        self.assertExpectedInline(report_text("mlp", memory_budget_bytes=2_048), """\
+        self.assertExpectedInline(
+            report_text("mlp", memory_budget_bytes=2_048),
+            """\
 solver: milp (optimal), device: cpu
 budget: absolute -> 2,048 B (range 256..2,048 B)
 saved: 2,048 B in 5 activations (+2 static inputs)
@@ -128,10 +139,13 @@ saved activations:
   relu       relu   [2, 64]  float32    512
   mul#2      mul    [2, 64]  float32    512
   mul#3      mul    [2, 32]  float32    256
-  add#1      add    [2, 64]  float32    512""")
+  add#1      add    [2, 64]  float32    512""",
+        )
 
     def test_gpt_block_budget_1(self) -> None:
-        self.assertExpectedInline(report_text("gpt_block", memory_budget=1.0), """\
+        self.assertExpectedInline(
+            report_text("gpt_block", memory_budget=1.0),
+            """\
 solver: milp (optimal), device: cpu
 budget: ratio 1 -> 65,664 B (range 24,576..65,664 B)
 saved: 65,664 B in 14 activations (+9 static inputs)
@@ -165,10 +179,13 @@ recomputed (views, free, not listed: 16):
   block/mul#1             mul          [2, 16, 128]    4,096
   block/erf               erf          [2, 16, 128]    4,096
   block/add#1             add          [2, 16, 128]    4,096
-  block/mul#2             mul          [2, 16, 128]    4,096""")
+  block/mul#2             mul          [2, 16, 128]    4,096""",
+        )
 
     def test_gpt_block_budget_0_5(self) -> None:
-        self.assertExpectedInline(report_text("gpt_block", memory_budget=0.5), """\
+        self.assertExpectedInline(
+            report_text("gpt_block", memory_budget=0.5),
+            """\
 solver: milp (optimal), device: cpu
 budget: ratio 0.5 -> 45,120 B (range 24,576..65,664 B)
 saved: 42,116 B in 15 activations (+10 static inputs)
@@ -210,10 +227,13 @@ recomputed (views, free, not listed: 17):
   block/mul#1             mul          [2, 16, 128]      4,096
   block/erf               erf          [2, 16, 128]      4,096
   block/add#1             add          [2, 16, 128]      4,096
-  block/mul#2             mul          [2, 16, 128]      4,096""")
+  block/mul#2             mul          [2, 16, 128]      4,096""",
+        )
 
     def test_gpt_block_budget_0(self) -> None:
-        self.assertExpectedInline(report_text("gpt_block", memory_budget=0.0), """\
+        self.assertExpectedInline(
+            report_text("gpt_block", memory_budget=0.0),
+            """\
 solver: milp (optimal), device: cpu
 budget: ratio 0 -> 24,576 B (range 24,576..65,664 B)
 saved: 24,576 B in 7 activations (+11 static inputs)
@@ -261,10 +281,13 @@ recomputed (views, free, not listed: 36):
   block/mul#1               mul            [2, 16, 128]      4,096
   block/erf                 erf            [2, 16, 128]      4,096
   block/add#1               add            [2, 16, 128]      4,096
-  block/mul#2               mul            [2, 16, 128]      4,096""")
+  block/mul#2               mul            [2, 16, 128]      4,096""",
+        )
 
     def test_gpt_block_absolute(self) -> None:
-        self.assertExpectedInline(report_text("gpt_block", memory_budget_bytes=60_000), """\
+        self.assertExpectedInline(
+            report_text("gpt_block", memory_budget_bytes=60_000),
+            """\
 solver: milp (optimal), device: cpu
 budget: absolute -> 60,000 B (range 24,576..65,664 B)
 saved: 58,500 B in 16 activations (+9 static inputs)
@@ -306,10 +329,13 @@ recomputed (views, free, not listed: 17):
   block/mul#1             mul          [2, 16, 128]     4,096
   block/erf               erf          [2, 16, 128]     4,096
   block/add#1             add          [2, 16, 128]     4,096
-  block/mul#2             mul          [2, 16, 128]     4,096""")
+  block/mul#2             mul          [2, 16, 128]     4,096""",
+        )
 
     def test_llama_block_budget_1(self) -> None:
-        self.assertExpectedInline(report_text("llama_block", memory_budget=1.0), """\
+        self.assertExpectedInline(
+            report_text("llama_block", memory_budget=1.0),
+            """\
 solver: milp (optimal), device: cpu
 budget: ratio 1 -> 51,840 B (range 8,704..51,840 B)
 saved: 51,840 B in 11 activations (+11 static inputs)
@@ -339,10 +365,13 @@ recomputed (views, free, not listed: 22):
   block/exp              exp    [2, 16, 88]    2,816
   block/add#3            add    [2, 16, 88]    2,816
   block/div              div    [2, 16, 88]    2,816
-  block/mul#8            mul    [2, 16, 88]    2,816""")
+  block/mul#8            mul    [2, 16, 88]    2,816""",
+        )
 
     def test_llama_block_budget_0_5(self) -> None:
-        self.assertExpectedInline(report_text("llama_block", memory_budget=0.5), """\
+        self.assertExpectedInline(
+            report_text("llama_block", memory_budget=0.5),
+            """\
 solver: milp (optimal), device: cpu
 budget: ratio 0.5 -> 30,272 B (range 8,704..51,840 B)
 saved: 29,312 B in 9 activations (+11 static inputs)
@@ -372,10 +401,13 @@ recomputed (views, free, not listed: 22):
   block/add#3            add    [2, 16, 88]      2,816
   block/div              div    [2, 16, 88]      2,816
   block.w_up/mm          mm     [32, 88]       180,224
-  block/mul#8            mul    [2, 16, 88]      2,816""")
+  block/mul#8            mul    [2, 16, 88]      2,816""",
+        )
 
     def test_llama_block_budget_0(self) -> None:
-        self.assertExpectedInline(report_text("llama_block", memory_budget=0.0), """\
+        self.assertExpectedInline(
+            report_text("llama_block", memory_budget=0.0),
+            """\
 solver: milp (optimal), device: cpu
 budget: ratio 0 -> 8,704 B (range 8,704..51,840 B)
 saved: 8,704 B in 3 activations (+11 static inputs)
@@ -429,10 +461,13 @@ recomputed (views, free, not listed: 38):
   block.w_up/mm          mm     [32, 88]          180,224
   block/mul#8            mul    [2, 16, 88]         2,816
   block.w_down/mm        mm     [32, 32]          180,224
-  block/add#4            add    [2, 16, 32]         1,024""")
+  block/add#4            add    [2, 16, 32]         1,024""",
+        )
 
     def test_llama_block_absolute(self) -> None:
-        self.assertExpectedInline(report_text("llama_block", memory_budget_bytes=60_000), """\
+        self.assertExpectedInline(
+            report_text("llama_block", memory_budget_bytes=60_000),
+            """\
 solver: milp (optimal), device: cpu
 budget: absolute -> 60,000 B (range 8,704..51,840 B)
 saved: 51,840 B in 11 activations (+11 static inputs)
@@ -462,10 +497,13 @@ recomputed (views, free, not listed: 22):
   block/exp              exp    [2, 16, 88]    2,816
   block/add#3            add    [2, 16, 88]    2,816
   block/div              div    [2, 16, 88]    2,816
-  block/mul#8            mul    [2, 16, 88]    2,816""")
+  block/mul#8            mul    [2, 16, 88]    2,816""",
+        )
 
     def test_cnn_budget_1(self) -> None:
-        self.assertExpectedInline(report_text("cnn", memory_budget=1.0), """\
+        self.assertExpectedInline(
+            report_text("cnn", memory_budget=1.0),
+            """\
 solver: milp (optimal), device: cpu
 budget: ratio 1 -> 88,426 B (range 6,160..88,426 B)
 saved: 88,426 B in 16 activations (+8 static inputs)
@@ -497,10 +535,13 @@ recomputed (views, free, not listed: 7):
   blocks.0.bn2/mul#6  mul   [2, 8, 16, 16]  4,096
   blocks.0.bn2/add#4  add   [2, 8, 16, 16]  4,096
   blocks.0/add        add   [2, 8, 16, 16]  4,096
-  blocks.0/relu#1     relu  [2, 8, 16, 16]  4,096""")
+  blocks.0/relu#1     relu  [2, 8, 16, 16]  4,096""",
+        )
 
     def test_cnn_budget_0_5(self) -> None:
-        self.assertExpectedInline(report_text("cnn", memory_budget=0.5), """\
+        self.assertExpectedInline(
+            report_text("cnn", memory_budget=0.5),
+            """\
 solver: milp (optimal), device: cpu
 budget: ratio 0.5 -> 47,293 B (range 6,160..88,426 B)
 saved: 39,338 B in 15 activations (+10 static inputs)
@@ -542,10 +583,13 @@ recomputed (views, free, not listed: 17):
   blocks.0.bn2/mul#6  mul          [2, 8, 16, 16]    4,096
   blocks.0.bn2/add#4  add          [2, 8, 16, 16]    4,096
   blocks.0/add        add          [2, 8, 16, 16]    4,096
-  blocks.0/relu#1     relu         [2, 8, 16, 16]    4,096""")
+  blocks.0/relu#1     relu         [2, 8, 16, 16]    4,096""",
+        )
 
     def test_cnn_budget_0(self) -> None:
-        self.assertExpectedInline(report_text("cnn", memory_budget=0.0), """\
+        self.assertExpectedInline(
+            report_text("cnn", memory_budget=0.0),
+            """\
 solver: milp (optimal), device: cpu
 budget: ratio 0 -> 6,160 B (range 6,160..88,426 B)
 saved: 6,160 B in 2 activations (+11 static inputs)
@@ -598,10 +642,13 @@ recomputed (views, free, not listed: 23):
   scalar_tensor               scalar_tensor         []                    0
   scalar_tensor#1             scalar_tensor         []                    0
   sum#1                       sum                   []                    2
-  convert_element_type        convert_element_type  []                    1""")
+  convert_element_type        convert_element_type  []                    1""",
+        )
 
     def test_cnn_absolute(self) -> None:
-        self.assertExpectedInline(report_text("cnn", memory_budget_bytes=20_000), """\
+        self.assertExpectedInline(
+            report_text("cnn", memory_budget_bytes=20_000),
+            """\
 solver: milp (optimal), device: cpu
 budget: absolute -> 20,000 B (range 6,160..88,426 B)
 saved: 6,570 B in 13 activations (+10 static inputs)
@@ -643,4 +690,5 @@ recomputed (views, free, not listed: 17):
   blocks.0.bn2/mul#6          mul          [2, 8, 16, 16]    4,096
   blocks.0.bn2/add#4          add          [2, 8, 16, 16]    4,096
   blocks.0/add                add          [2, 8, 16, 16]    4,096
-  blocks.0/relu#1             relu         [2, 8, 16, 16]    4,096""")
+  blocks.0/relu#1             relu         [2, 8, 16, 16]    4,096""",
+        )

@@ -61,6 +61,12 @@ class MILPStrategy:
                 time.monotonic() - start,
             )
             return Solution(incumbent, optimal=False, notes=(f"MILP {status}; min-cut plan",))
+        if not optimal:  # the time limit: a better plan than min-cut's, but not proven optimal
+            log.warning(
+                "recompute_pass: MILP stopped (%s) after %.1fs; using its best plan, not proven optimal",
+                status,
+                time.monotonic() - start,
+            )
         return Solution(plan, optimal=optimal, notes=(f"MILP {status}",))
 
     def _milp(

@@ -10,6 +10,7 @@ the budget falls on a hull vertex and a few percent off otherwise; the MILP clos
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 from recompute_pass.problem import Plan, Problem
 from recompute_pass.strategies.base import Solution
 from recompute_pass.strategies.cut import CutGraph, check_feasible
+
+log = logging.getLogger(__name__)
 
 _MAX_STEPS = 64
 
@@ -35,6 +38,7 @@ class Bracket:
     feasible: Plan
     beyond: Plan | None  # None when the unbudgeted optimum already fits
     steps: int
+    timed_out: bool = False  # the time limit stopped the search before low and high met
 
 
 def dominant_price(problem: Problem) -> float:
@@ -54,7 +58,9 @@ def bracket(problem: Problem, budget: float, *, time_limit: float = float("inf")
         return Bracket(high, None, 2)
     deadline = time.monotonic() + time_limit
     steps = 2
-    while steps < _MAX_STEPS and time.monotonic() < deadline:
+    while steps < _MAX_STEPS:
+        if time.monotonic() >= deadline:
+            return Bracket(high, low, steps, timed_out=True)
         low_size, high_size = low.size(problem), high.size(problem)
         low_cost, high_cost = low.cost(problem), high.cost(problem)
         if low_size <= high_size:
@@ -79,6 +85,13 @@ class MinCutStrategy:
         result = bracket(problem, budget, time_limit=time_limit)
         fits = result.feasible.size(problem) <= budget
         notes = [f"{result.steps} min-cut solves"]
+        if result.timed_out:
+            log.warning(
+                "recompute_pass: min-cut search stopped by the time limit after %d solves; "
+                "using the best plan found",
+                result.steps,
+            )
+            notes.append("time limit")
         if not fits:
             notes.append("budget below the fewest bytes any plan saves")
         return Solution(result.feasible, optimal=result.beyond is None and fits, notes=tuple(notes))

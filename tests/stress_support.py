@@ -1,0 +1,169 @@
+"""Shared by the ``test_stress_*`` files: run size, partition spies, multi-step runs.
+
+``RECOMPUTE_FULL=1`` switches the stress tests from their CI size (a few minutes on two
+cores) to the full sweeps: more models, more hypothesis examples, more Inductor compiles.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import torch
+from torch import fx
+
+import recompute_pass.partitioner as partitioner_module
+from recompute_pass import PartitionReport, capture_reports
+from recompute_pass.extraction import Partition
+from recompute_pass.problem import Problem
+from recompute_pass.solve import Decision
+
+FULL = os.environ.get("RECOMPUTE_FULL", "") not in ("", "0")
+"""Full-size stress sweeps (``RECOMPUTE_FULL=1``); CI runs the reduced form."""
+
+
+def full_only(reason: str) -> pytest.MarkDecorator:
+    """Skip unless ``RECOMPUTE_FULL=1``: the case is covered in reduced form by default."""
+    return pytest.mark.skipif(not FULL, reason=f"RECOMPUTE_FULL=1 only: {reason}")
+
+
+# bf16 autocast: eager and compiled round intermediate values to bf16 at different points
+# (decompositions, fused casts), so gradients agree only to bf16 precision (8 bits of
+# mantissa: 2**-8 = 3.9e-3). 1.6e-2 relative is four bf16 ulps; the absolute term covers
+# gradients that are sums of many rounded products near zero.
+BF16_RTOL, BF16_ATOL = 1.6e-2, 2e-3
+
+
+@dataclass
+class Partitioned:
+    """What one call of our partitioner decided and built (one per compiled graph)."""
+
+    problem: Problem
+    decision: Decision
+    partition: Partition
+
+
+@dataclass
+class Spy:
+    calls: list[Partitioned] = field(default_factory=list)
+    _pending: list[tuple[Problem, Decision]] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def spy_partitions() -> Iterator[Spy]:
+    """Record the problem, decision and extracted graphs of every partition in the block.
+
+    Wraps the partitioner's stage functions (``decide``, ``extract``) without changing
+    what they return, so a test can check the plan independently of the report.
+    """
+    spy = Spy()
+    decide, extract = partitioner_module.decide, partitioner_module.extract
+
+    def spying_decide(problem: Problem, options: Any) -> Decision:
+        decision = decide(problem, options)
+        spy._pending.append((problem, decision))
+        return decision
+
+    def spying_extract(*args: Any, **kwargs: Any) -> Partition:
+        result = extract(*args, **kwargs)
+        problem, decision = spy._pending.pop()
+        spy.calls.append(Partitioned(problem, decision, result))
+        return result
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(partitioner_module, "decide", spying_decide)
+        patch.setattr(partitioner_module, "extract", spying_extract)
+        yield spy
+
+
+def random_ops_in(graph: fx.GraphModule) -> list[str]:
+    """Nodes of ``graph`` that draw fresh random numbers (a second draw differs)."""
+    return [
+        node.name
+        for node in graph.graph.nodes
+        if node.op == "call_function"
+        and torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+    ]
+
+
+def assert_valid(call: Partitioned) -> None:
+    """The plan is executable, within its budget, and the backward redraws no randomness."""
+    plan, problem, decision = call.decision.plan, call.problem, call.decision
+    assert plan.violations(problem) == []
+    assert plan.size(problem) <= decision.budget_bytes
+    if decision.budget_ratio is not None:
+        span = decision.max_bytes - decision.min_bytes
+        assert decision.budget_bytes == decision.min_bytes + int(span * decision.budget_ratio)
+    assert random_ops_in(call.partition.backward) == []
+
+
+@dataclass
+class Run:
+    """Several training steps of one model: what a user would observe."""
+
+    outputs: list[Any]
+    grads: dict[str, torch.Tensor]
+    states: list[dict[str, torch.Tensor]]  # parameters and buffers after each step
+    inputs: list[torch.Tensor]  # the inputs after the last step (forward may mutate them)
+    reports: list[PartitionReport]
+
+
+def run_steps(
+    model: torch.nn.Module,
+    inputs: Sequence[torch.Tensor],
+    *,
+    backend: Callable[..., Any] | str | None = None,
+    steps: int = 1,
+    dynamic: bool | None = None,
+    loss: Callable[[Any], torch.Tensor] | None = None,
+    seed: int = 0,
+) -> Run:
+    """``steps`` forward+backward passes of a copy of ``model`` on copies of ``inputs``.
+
+    Gradients accumulate across steps (no optimizer), so a second step that reuses a
+    stale saved value or updates a buffer twice shows in the result.
+    """
+    model = copy.deepcopy(model)
+    inputs = [x.clone() for x in inputs]
+    fn: Callable[..., Any] = model
+    if backend is not None:
+        torch._dynamo.reset()
+        fn = torch.compile(model, backend=backend, dynamic=dynamic)
+    outputs: list[Any] = []
+    states: list[dict[str, torch.Tensor]] = []
+    with capture_reports() as reports:
+        for step in range(steps):
+            torch.manual_seed(seed + step)
+            out = fn(*inputs)
+            (loss or _default_loss)(out).backward()
+            outputs.append(_detached(out))
+            states.append({n: t.detach().clone() for n, t in model.state_dict(keep_vars=True).items()})
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    return Run(outputs, grads, states, inputs, reports)
+
+
+def _default_loss(out: Any) -> torch.Tensor:
+    return out
+
+
+def _detached(out: Any) -> Any:
+    if isinstance(out, torch.Tensor):
+        return out.detach().clone()
+    if isinstance(out, tuple | list):
+        return type(out)(_detached(o) for o in out)
+    return out
+
+
+def assert_same_run(actual: Run, expected: Run, *, rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    """Same outputs, gradients (the same parameters receive one), state after every step
+    (integer buffers such as ``num_batches_tracked`` exactly) and inputs."""
+    torch.testing.assert_close(actual.outputs, expected.outputs, rtol=rtol, atol=atol)
+    assert actual.grads.keys() == expected.grads.keys()
+    torch.testing.assert_close(actual.grads, expected.grads, rtol=rtol, atol=atol)
+    torch.testing.assert_close(actual.states, expected.states, rtol=rtol, atol=atol)
+    torch.testing.assert_close(actual.inputs, expected.inputs, rtol=rtol, atol=atol)

@@ -1,0 +1,135 @@
+"""Randomness: a mask drawn in forward is the mask backward uses, at every budget.
+
+Two steps with different seeds each: if backward redrew a mask, or the compiled forward
+drew a different number of random values than eager, the generator state would diverge and
+the second step would differ too.
+
+- ``fallback_random=True``: dropout stays ``native_dropout`` (eager's RNG calls), so the
+  compiled step equals eager.
+- ``fallback_random=False``: Inductor's RNG (``inductor_seeds`` -> ``inductor_random``),
+  whose masks differ from eager's; our partitioner must then equal plain ``torch.compile``
+  at the same seed, even where it recomputes ``inductor_random`` from the saved seed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from benchmarks.models import model_cases
+from recompute_pass import recompute_backend, recompute_eager_backend
+from recompute_pass import torch_internals as ti
+from tests.stress_support import FULL, assert_same_run, assert_valid, full_only, run_steps, spy_partitions
+
+BUDGETS = [1.0, 0.75, 0.5, 0.25, 0.0]
+
+
+class RandomMLP(nn.Module):
+    """Every kind of draw: dropout, ``rand_like``, ``randn_like``, ``bernoulli``."""
+
+    def __init__(self, dim: int = 16, hidden: int = 32) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.fc2 = nn.Linear(hidden, hidden)
+        self.fc3 = nn.Linear(hidden, dim)
+        self.drop = nn.Dropout(0.3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.drop(torch.relu(self.fc1(x)))
+        h = F.gelu(self.fc2(h)) * torch.rand_like(h)
+        h = h + 0.1 * torch.randn_like(h)
+        h = h * torch.bernoulli(torch.full_like(h, 0.8))
+        return F.dropout(self.fc3(h).tanh(), 0.5, training=True).square().mean()
+
+
+def _inputs() -> list[torch.Tensor]:
+    torch.manual_seed(1)
+    return [torch.randn(8, 16)]
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return RandomMLP()
+
+
+@pytest.fixture
+def eager_rng() -> Iterator[None]:
+    with ti.inductor_config.patch(fallback_random=True):
+        yield
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_every_draw_matches_eager_at_every_budget(budget: float, eager_rng: None) -> None:
+    expected = run_steps(_model(), _inputs(), steps=2)
+    backend = recompute_eager_backend.with_options(memory_budget=budget, fallback=False)
+    with spy_partitions() as spy:
+        actual = run_steps(_model(), _inputs(), backend=backend, steps=2)
+    assert_same_run(actual, expected)
+    (call,) = spy.calls
+    assert_valid(call)  # among others: no op that draws fresh randomness runs in backward
+    (report,) = actual.reports
+    assert {r.op for r in report.recomputed}.isdisjoint({"native_dropout", "rand", "randn", "bernoulli"})
+    if budget == 0.0:  # not vacuous: the mask-consuming arithmetic is recomputed
+        assert report.recomputed and report.saved_bytes == report.min_bytes < report.max_bytes
+
+
+@pytest.mark.parametrize("solver", ["mincut", "no_recompute", "recompute_all", "selective"])
+def test_fixed_policies_never_redraw(solver: str, eager_rng: None) -> None:
+    """``recompute_all`` wants to recompute everything: the draws must still be saved."""
+    case = model_cases(layers=1, dim=32, seq=16)["gpt_block"]
+    torch.manual_seed(0)
+    model = case.build()
+    torch.manual_seed(1)
+    inputs = list(case.inputs(2))
+    expected = run_steps(model, inputs, steps=2)
+    backend = recompute_eager_backend.with_options(solver=solver, memory_budget=0.0, fallback=False)
+    with spy_partitions() as spy:
+        actual = run_steps(model, inputs, backend=backend, steps=2)
+    assert_same_run(actual, expected)
+    (call,) = spy.calls
+    assert call.decision.plan.violations(call.problem) == []
+    assert not any(op in str(call.partition.backward.code) for op in ("native_dropout", "bernoulli"))
+
+
+def _inductor_rng_runs(model: nn.Module, inputs: list[torch.Tensor], budgets: list[float]):
+    with ti.inductor_config.patch(fallback_random=False, force_disable_caches=True):
+        default = run_steps(model, inputs, backend="inductor", steps=2)
+        ours = {}
+        for budget in budgets:
+            backend = recompute_backend.with_options(memory_budget=budget, fallback=False)
+            ours[budget] = run_steps(model, inputs, backend=backend, steps=2)
+    return default, ours
+
+
+@pytest.mark.slow
+def test_inductor_rng_matches_plain_torch_compile() -> None:
+    model, inputs = _model(), _inputs()
+    default, ours = _inductor_rng_runs(model, inputs, [1.0, 0.0])
+    eager = run_steps(model, inputs, steps=2)
+    # Inductor's RNG is not eager's: otherwise this test would prove nothing.
+    assert not torch.allclose(default.outputs[0], eager.outputs[0])
+    for budget, run in ours.items():
+        assert_same_run(run, default)
+        (report,) = run.reports
+        recomputed = {r.op for r in report.recomputed}
+        assert "inductor_seeds" not in recomputed
+        if budget == 0.0:  # the mask is regenerated in backward from the saved seed, exactly
+            assert "inductor_random" in recomputed
+            assert report.saved_bytes < ours[1.0].reports[0].saved_bytes
+
+
+@pytest.mark.slow
+@full_only("a GPT block through Inductor with its RNG")
+def test_inductor_rng_gpt_block_matches_plain_torch_compile() -> None:
+    case = model_cases(layers=1, dim=32, seq=16)["gpt_block"]
+    torch.manual_seed(0)
+    model = case.build()
+    torch.manual_seed(1)
+    inputs = list(case.inputs(2))
+    default, ours = _inductor_rng_runs(model, inputs, [0.5, 0.0] if FULL else [0.0])
+    for run in ours.values():
+        assert_same_run(run, default)
