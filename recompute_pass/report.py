@@ -99,8 +99,12 @@ class PartitionReport:
         ]
         lines += [f"note: {n}" for n in self.notes]
         if self.frontier:
-            points = ", ".join(f"{size:,} B: {_fmt_seconds(cost)}" for size, cost in self.frontier)
-            lines.append(f"frontier (saved bytes: est. overhead): {points}")
+            lines.append("frontier (what other budgets buy):")
+            lines += _table(
+                ("saved bytes", "est. overhead"),
+                [(f"{size:,}", _fmt_seconds(cost)) for size, cost in self.frontier],
+                numeric=2,
+            )
         activations = [s for s in self.saved if not s.static]
         if activations:
             lines.append("saved activations:")
@@ -122,9 +126,10 @@ class PartitionReport:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 
 
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], numeric: int = 1) -> list[str]:
+    """Aligned rows; the last ``numeric`` columns are right-aligned."""
     widths = [max(len(r[k]) for r in (header, *rows)) for k in range(len(header))]
-    numeric = {len(header) - 1}
+    numeric = set(range(len(header) - numeric, len(header)))
     out = []
     for r in (header, *rows):
         cells = [

@@ -61,7 +61,13 @@ budget: ratio 1 -> 2,048 B (range 256..2,048 B)
 saved: 2,048 B in 5 activations (+2 static inputs)
 recomputed: 2 ops, 0 FLOP, est. 0 s
 note: unbudgeted optimum fits the budget
-frontier (saved bytes: est. overhead): 256 B: 40.7 us, 512 B: 30.6 us, 1,024 B: 20.2 us, 1,536 B: 10 us, 2,048 B: 10 us
+frontier (what other budgets buy):
+  saved bytes  est. overhead
+          256        40.7 us
+          512        30.6 us
+        1,024        20.2 us
+        1,536          10 us
+        2,048          10 us
 saved activations:
   name       op     shape    dtype    bytes
   primals_3  input  [2, 32]  float32    256
@@ -80,7 +86,13 @@ budget: ratio 0.5 -> 1,152 B (range 256..2,048 B)
 saved: 1,024 B in 3 activations (+4 static inputs)
 recomputed: 10 ops, 8,960 FLOP, est. 10.2 us
 note: MILP optimal
-frontier (saved bytes: est. overhead): 256 B: 40.7 us, 512 B: 30.6 us, 1,024 B: 20.2 us, 1,536 B: 10 us, 2,048 B: 10 us
+frontier (what other budgets buy):
+  saved bytes  est. overhead
+          256        40.7 us
+          512        30.6 us
+        1,024        20.2 us
+        1,536          10 us
+        2,048          10 us
 saved activations:
   name       op     shape    dtype    bytes
   primals_3  input  [2, 32]  float32    256
@@ -106,7 +118,13 @@ budget: ratio 0 -> 256 B (range 256..2,048 B)
 saved: 256 B in 1 activations (+6 static inputs)
 recomputed: 12 ops, 33,536 FLOP, est. 30.7 us
 note: MILP optimal
-frontier (saved bytes: est. overhead): 256 B: 40.7 us, 512 B: 30.6 us, 1,024 B: 20.2 us, 1,536 B: 10 us, 2,048 B: 10 us
+frontier (what other budgets buy):
+  saved bytes  est. overhead
+          256        40.7 us
+          512        30.6 us
+        1,024        20.2 us
+        1,536          10 us
+        2,048          10 us
 saved activations:
   name       op     shape    dtype    bytes
   primals_3  input  [2, 32]  float32    256
@@ -132,7 +150,13 @@ budget: absolute -> 2,048 B (range 256..2,048 B)
 saved: 2,048 B in 5 activations (+2 static inputs)
 recomputed: 2 ops, 0 FLOP, est. 0 s
 note: unbudgeted optimum fits the budget
-frontier (saved bytes: est. overhead): 256 B: 40.7 us, 512 B: 30.6 us, 1,024 B: 20.2 us, 1,536 B: 10 us, 2,048 B: 10 us
+frontier (what other budgets buy):
+  saved bytes  est. overhead
+          256        40.7 us
+          512        30.6 us
+        1,024        20.2 us
+        1,536          10 us
+        2,048          10 us
 saved activations:
   name       op     shape    dtype    bytes
   primals_3  input  [2, 32]  float32    256
@@ -151,7 +175,16 @@ budget: ratio 1 -> 65,664 B (range 24,576..65,664 B)
 saved: 65,664 B in 14 activations (+9 static inputs)
 recomputed: 26 ops, 24,832 FLOP, est. 49.7 ns
 note: unbudgeted optimum fits the budget
-frontier (saved bytes: est. overhead): 24,576 B: 93.1 us, 24,580 B: 83.1 us, 24,708 B: 73 us, 25,732 B: 52.7 us, 29,828 B: 42.4 us, 36,992 B: 32.2 us, 49,280 B: 21.9 us, 65,664 B: 11.4 us
+frontier (what other budgets buy):
+  saved bytes  est. overhead
+       24,576        93.1 us
+       24,580        83.1 us
+       24,708          73 us
+       25,732        52.7 us
+       29,828        42.4 us
+       36,992        32.2 us
+       49,280        21.9 us
+       65,664        11.4 us
 saved activations:
   name                                     op       shape           dtype     bytes
   block.ln1/mul                            mul      [2, 16, 32]     float32   4,096
@@ -191,7 +224,16 @@ budget: ratio 0.5 -> 45,120 B (range 24,576..65,664 B)
 saved: 42,116 B in 15 activations (+10 static inputs)
 recomputed: 34 ops, 329,984 FLOP, est. 21.1 us
 note: MILP optimal
-frontier (saved bytes: est. overhead): 24,576 B: 93.1 us, 24,580 B: 83.1 us, 24,708 B: 73 us, 25,732 B: 52.7 us, 29,828 B: 42.4 us, 36,992 B: 32.2 us, 49,280 B: 21.9 us, 65,664 B: 11.4 us
+frontier (what other budgets buy):
+  saved bytes  est. overhead
+       24,576        93.1 us
+       24,580        83.1 us
+       24,708          73 us
+       25,732        52.7 us
+       29,828        42.4 us
+       36,992        32.2 us
+       49,280        21.9 us
+       65,664        11.4 us
 saved activations:
   name                                     op             shape           dtype    bytes
   block.ln1/mul                            mul            [2, 16, 32]     float32  4,096
@@ -239,7 +281,16 @@ budget: ratio 0 -> 24,576 B (range 24,576..65,664 B)
 saved: 24,576 B in 7 activations (+11 static inputs)
 recomputed: 67 ops, 570,688 FLOP, est. 82.5 us
 note: MILP optimal
-frontier (saved bytes: est. overhead): 24,576 B: 93.1 us, 24,580 B: 83.1 us, 24,708 B: 73 us, 25,732 B: 52.7 us, 29,828 B: 42.4 us, 36,992 B: 32.2 us, 49,280 B: 21.9 us, 65,664 B: 11.4 us
+frontier (what other budgets buy):
+  saved bytes  est. overhead
+       24,576        93.1 us
+       24,580        83.1 us
+       24,708          73 us
+       25,732        52.7 us
+       29,828        42.4 us
+       36,992        32.2 us
+       49,280        21.9 us
+       65,664        11.4 us
 saved activations:
   name                                     op       shape           dtype    bytes
   block.ln1/mul                            mul      [2, 16, 32]     float32  4,096
@@ -293,7 +344,16 @@ budget: absolute -> 60,000 B (range 24,576..65,664 B)
 saved: 58,500 B in 16 activations (+9 static inputs)
 recomputed: 33 ops, 67,840 FLOP, est. 10.4 us
 note: MILP optimal
-frontier (saved bytes: est. overhead): 24,576 B: 93.1 us, 24,580 B: 83.1 us, 24,708 B: 73 us, 25,732 B: 52.7 us, 29,828 B: 42.4 us, 36,992 B: 32.2 us, 49,280 B: 21.9 us, 65,664 B: 11.4 us
+frontier (what other budgets buy):
+  saved bytes  est. overhead
+       24,576        93.1 us
+       24,580        83.1 us
+       24,708          73 us
+       25,732        52.7 us
+       29,828        42.4 us
+       36,992        32.2 us
+       49,280        21.9 us
+       65,664        11.4 us
 saved activations:
   name                                     op             shape           dtype     bytes
   block.ln1/mul                            mul            [2, 16, 32]     float32   4,096
@@ -341,7 +401,15 @@ budget: ratio 1 -> 51,840 B (range 8,704..51,840 B)
 saved: 51,840 B in 11 activations (+11 static inputs)
 recomputed: 31 ops, 18,176 FLOP, est. 36.4 ns
 note: unbudgeted optimum fits the budget
-frontier (saved bytes: est. overhead): 8,704 B: 123 us, 8,960 B: 103 us, 17,152 B: 62.6 us, 21,120 B: 52.4 us, 25,216 B: 42 us, 29,312 B: 31.8 us, 51,840 B: 11.2 us
+frontier (what other budgets buy):
+  saved bytes  est. overhead
+        8,704         123 us
+        8,960         103 us
+       17,152        62.6 us
+       21,120        52.4 us
+       25,216          42 us
+       29,312        31.8 us
+       51,840        11.2 us
 saved activations:
   name                                                  op       shape             dtype     bytes
   block.attn_norm/mul                                   mul      [2, 16, 32]       float32   4,096
@@ -377,7 +445,15 @@ budget: ratio 0.5 -> 30,272 B (range 8,704..51,840 B)
 saved: 29,312 B in 9 activations (+11 static inputs)
 recomputed: 33 ops, 378,624 FLOP, est. 21.1 us
 note: MILP optimal
-frontier (saved bytes: est. overhead): 8,704 B: 123 us, 8,960 B: 103 us, 17,152 B: 62.6 us, 21,120 B: 52.4 us, 25,216 B: 42 us, 29,312 B: 31.8 us, 51,840 B: 11.2 us
+frontier (what other budgets buy):
+  saved bytes  est. overhead
+        8,704         123 us
+        8,960         103 us
+       17,152        62.6 us
+       21,120        52.4 us
+       25,216          42 us
+       29,312        31.8 us
+       51,840        11.2 us
 saved activations:
   name                                                  op       shape             dtype    bytes
   block.attn_norm/mul                                   mul      [2, 16, 32]       float32  4,096
@@ -413,7 +489,15 @@ budget: ratio 0 -> 8,704 B (range 8,704..51,840 B)
 saved: 8,704 B in 3 activations (+11 static inputs)
 recomputed: 79 ops, 834,432 FLOP, est. 113 us
 note: MILP optimal
-frontier (saved bytes: est. overhead): 8,704 B: 123 us, 8,960 B: 103 us, 17,152 B: 62.6 us, 21,120 B: 52.4 us, 25,216 B: 42 us, 29,312 B: 31.8 us, 51,840 B: 11.2 us
+frontier (what other budgets buy):
+  saved bytes  est. overhead
+        8,704         123 us
+        8,960         103 us
+       17,152        62.6 us
+       21,120        52.4 us
+       25,216          42 us
+       29,312        31.8 us
+       51,840        11.2 us
 saved activations:
   name                                                  op       shape          dtype    bytes
   primals_1                                             input    [2, 16, 32]    float32  4,096
@@ -473,7 +557,15 @@ budget: absolute -> 60,000 B (range 8,704..51,840 B)
 saved: 51,840 B in 11 activations (+11 static inputs)
 recomputed: 31 ops, 18,176 FLOP, est. 36.4 ns
 note: unbudgeted optimum fits the budget
-frontier (saved bytes: est. overhead): 8,704 B: 123 us, 8,960 B: 103 us, 17,152 B: 62.6 us, 21,120 B: 52.4 us, 25,216 B: 42 us, 29,312 B: 31.8 us, 51,840 B: 11.2 us
+frontier (what other budgets buy):
+  saved bytes  est. overhead
+        8,704         123 us
+        8,960         103 us
+       17,152        62.6 us
+       21,120        52.4 us
+       25,216          42 us
+       29,312        31.8 us
+       51,840        11.2 us
 saved activations:
   name                                                  op       shape             dtype     bytes
   block.attn_norm/mul                                   mul      [2, 16, 32]       float32   4,096
@@ -509,7 +601,19 @@ budget: ratio 1 -> 88,426 B (range 6,160..88,426 B)
 saved: 88,426 B in 16 activations (+8 static inputs)
 recomputed: 13 ops, 24,576 FLOP, est. 49.2 ns
 note: unbudgeted optimum fits the budget
-frontier (saved bytes: est. overhead): 6,160 B: 155 us, 6,166 B: 135 us, 6,170 B: 125 us, 6,186 B: 105 us, 6,378 B: 74.1 us, 6,442 B: 63.8 us, 6,506 B: 53.8 us, 6,570 B: 43.8 us, 39,338 B: 22.1 us, 55,722 B: 12 us, 88,426 B: 11.9 us
+frontier (what other budgets buy):
+  saved bytes  est. overhead
+        6,160         155 us
+        6,166         135 us
+        6,170         125 us
+        6,186         105 us
+        6,378        74.1 us
+        6,442        63.8 us
+        6,506        53.8 us
+        6,570        43.8 us
+       39,338        22.1 us
+       55,722          12 us
+       88,426        11.9 us
 saved activations:
   name                        op                    shape           dtype     bytes
   primals_2                   input                 [2, 3, 16, 16]  float32   6,144
@@ -547,7 +651,19 @@ budget: ratio 0.5 -> 47,293 B (range 6,160..88,426 B)
 saved: 39,338 B in 15 activations (+10 static inputs)
 recomputed: 34 ops, 286,720 FLOP, est. 11.3 us
 note: MILP optimal
-frontier (saved bytes: est. overhead): 6,160 B: 155 us, 6,166 B: 135 us, 6,170 B: 125 us, 6,186 B: 105 us, 6,378 B: 74.1 us, 6,442 B: 63.8 us, 6,506 B: 53.8 us, 6,570 B: 43.8 us, 39,338 B: 22.1 us, 55,722 B: 12 us, 88,426 B: 11.9 us
+frontier (what other budgets buy):
+  saved bytes  est. overhead
+        6,160         155 us
+        6,166         135 us
+        6,170         125 us
+        6,186         105 us
+        6,378        74.1 us
+        6,442        63.8 us
+        6,506        53.8 us
+        6,570        43.8 us
+       39,338        22.1 us
+       55,722          12 us
+       88,426        11.9 us
 saved activations:
   name                        op                    shape           dtype     bytes
   primals_2                   input                 [2, 3, 16, 16]  float32   6,144
@@ -595,7 +711,19 @@ budget: ratio 0 -> 6,160 B (range 6,160..88,426 B)
 saved: 6,160 B in 2 activations (+11 static inputs)
 recomputed: 64 ops, 1,483,227 FLOP, est. 135 us
 note: MILP optimal
-frontier (saved bytes: est. overhead): 6,160 B: 155 us, 6,166 B: 135 us, 6,170 B: 125 us, 6,186 B: 105 us, 6,378 B: 74.1 us, 6,442 B: 63.8 us, 6,506 B: 53.8 us, 6,570 B: 43.8 us, 39,338 B: 22.1 us, 55,722 B: 12 us, 88,426 B: 11.9 us
+frontier (what other budgets buy):
+  saved bytes  est. overhead
+        6,160         155 us
+        6,166         135 us
+        6,170         125 us
+        6,186         105 us
+        6,378        74.1 us
+        6,442        63.8 us
+        6,506        53.8 us
+        6,570        43.8 us
+       39,338        22.1 us
+       55,722          12 us
+       88,426        11.9 us
 saved activations:
   name        op     shape           dtype    bytes
   primals_2   input  [2, 3, 16, 16]  float32  6,144
@@ -654,7 +782,19 @@ budget: absolute -> 20,000 B (range 6,160..88,426 B)
 saved: 6,570 B in 13 activations (+10 static inputs)
 recomputed: 36 ops, 1,466,368 FLOP, est. 33.6 us
 note: MILP optimal
-frontier (saved bytes: est. overhead): 6,160 B: 155 us, 6,166 B: 135 us, 6,170 B: 125 us, 6,186 B: 105 us, 6,378 B: 74.1 us, 6,442 B: 63.8 us, 6,506 B: 53.8 us, 6,570 B: 43.8 us, 39,338 B: 22.1 us, 55,722 B: 12 us, 88,426 B: 11.9 us
+frontier (what other budgets buy):
+  saved bytes  est. overhead
+        6,160         155 us
+        6,166         135 us
+        6,170         125 us
+        6,186         105 us
+        6,378        74.1 us
+        6,442        63.8 us
+        6,506        53.8 us
+        6,570        43.8 us
+       39,338        22.1 us
+       55,722          12 us
+       88,426        11.9 us
 saved activations:
   name                      op                    shape           dtype    bytes
   primals_2                 input                 [2, 3, 16, 16]  float32  6,144
