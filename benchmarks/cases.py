@@ -3,7 +3,8 @@
 ``quick`` is the test size of ``benchmarks.models`` (seconds per configuration); ``full``
 makes activations dominate parameters (so every budget means something to PyTorch's
 partitioner, whose budget range counts parameters) while keeping 2 layers, because Inductor
-compile time grows with the graph, not with the dimensions.
+compile time grows with the graph, not with the dimensions; ``large`` is GPT-2-small width
+and context for a GPU (``--device cuda --size large``), where ``full`` is launch-bound.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from torch import nn
 from benchmarks import hf_models
 from benchmarks.models import CNN, GPT, GPTConfig, Llama, LlamaConfig
 
-SIZES = ("quick", "full")
+SIZES = ("quick", "full", "large")
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,9 @@ SHAPES = {
     "quick": Shape(vocab=128, seq=32, dim=64, heads=4, layers=2, batch=4, channels=8, image=16, cnn_batch=4),
     "full": Shape(
         vocab=512, seq=128, dim=128, heads=4, layers=2, batch=8, channels=32, image=32, cnn_batch=16
+    ),
+    "large": Shape(
+        vocab=8192, seq=1024, dim=768, heads=12, layers=2, batch=8, channels=128, image=64, cnn_batch=64
     ),
 }
 

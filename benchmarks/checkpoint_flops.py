@@ -29,7 +29,9 @@ def checkpoint_blocks(blocks: Sequence[nn.Module]) -> None:
         block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)  # type: ignore[method-assign]
 
 
-def block_forward_flops(model: nn.Module, blocks: Sequence[nn.Module], inputs: tuple[torch.Tensor, ...]) -> int:
+def block_forward_flops(
+    model: nn.Module, blocks: Sequence[nn.Module], inputs: tuple[torch.Tensor, ...]
+) -> int:
     """FLOPs of one forward of every block, with the inputs each block sees in ``model``."""
     calls: list[tuple[nn.Module, tuple[Any, ...], dict[str, Any]]] = []
 

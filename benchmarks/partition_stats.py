@@ -41,6 +41,7 @@ class PartitionStats:
     """What one partitioned graph pair costs; sums over graphs with ``+``."""
 
     graphs: int
+    joint_nodes: int  # size of the joint graph handed to the partitioner
     saved_bytes: int  # activations crossing to backward, graph inputs excluded
     saved_input_bytes: int  # user inputs (not parameters or buffers) handed to backward
     saved_tensors: int
@@ -58,7 +59,7 @@ class PartitionStats:
 
     @classmethod
     def empty(cls) -> PartitionStats:
-        return cls(0, 0, 0, 0, 0, 0, 0.0, 0, 0, 0.0)
+        return cls(0, 0, 0, 0, 0, 0, 0, 0.0, 0, 0, 0.0)
 
 
 def _call_nodes(gm: fx.GraphModule) -> list[fx.Node]:
@@ -77,6 +78,7 @@ def graph_stats(
     static_inputs: frozenset[str] = frozenset(),
     device: DeviceProfile | str = "cpu",
     partition_seconds: float = 0.0,
+    joint_nodes: int = 0,
 ) -> PartitionStats:
     """Stats of a partition, from the graphs alone."""
     hints = SizeHints.from_graph(forward)
@@ -102,6 +104,7 @@ def graph_stats(
         seconds += estimate_runtime(cost, device, hints, fused=cost.kind in _FUSED)
     return PartitionStats(
         graphs=1,
+        joint_nodes=joint_nodes,
         saved_bytes=activation,
         saved_input_bytes=input_bytes,
         saved_tensors=tensors,
@@ -134,6 +137,7 @@ class RecordingPartitioner(ti.CustomPartitionerFn):
     ) -> tuple[fx.GraphModule, fx.GraphModule]:
         placeholders = list(gm.graph.find_nodes(op="placeholder"))
         static = frozenset(placeholders[i].name for i in kwargs.get("static_lifetime_input_indices") or ())
+        joint_nodes = len(gm.graph.nodes)
         start = time.perf_counter()
         forward, backward = self.inner(gm, joint_inputs, **kwargs)
         seconds = time.perf_counter() - start
@@ -145,6 +149,7 @@ class RecordingPartitioner(ti.CustomPartitionerFn):
                 static_inputs=static,
                 device=self.device,
                 partition_seconds=seconds,
+                joint_nodes=joint_nodes,
             )
         )
         return forward, backward

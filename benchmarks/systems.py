@@ -33,7 +33,13 @@ class System:
     budgeted: bool  # swept over budgets; otherwise measured once per model
     solver: str | None = None  # ours: the strategy; None for PyTorch's partitioners
     pytorch_budget: bool = False  # sets ``activation_memory_budget``
-    by_bytes: bool = False  # ours at an absolute byte budget (``Config.budget_bytes``)
+    # Ours at an absolute byte budget (``Config.budget_bytes``): the bytes that this other
+    # system's plan saves (at the same budget, if it is budgeted).
+    bytes_from: str | None = None
+
+    @property
+    def by_bytes(self) -> bool:
+        return self.bytes_from is not None
 
     @property
     def ours(self) -> bool:
@@ -68,11 +74,29 @@ SYSTEMS: dict[str, System] = {
         ),
         System("recompute_selective", "recompute: selective", "compiled", False, solver="selective"),
         System(
-            "recompute_at_selective", "recompute (milp) @ selective bytes", "compiled", False, "milp", by_bytes=True
+            "recompute_at_selective",
+            "recompute (milp) @ selective's bytes",
+            "compiled",
+            False,
+            "milp",
+            bytes_from="recompute_selective",
+        ),
+        System(
+            "recompute_at_pytorch",
+            "recompute (milp) @ PyTorch's bytes",
+            "compiled",
+            True,
+            "milp",
+            bytes_from="compile_budget",
         ),
     )
 }
 DEFAULT_SYSTEMS = tuple(name for name in SYSTEMS if name != "recompute_mincut")
+QUICK_SYSTEMS = tuple(
+    name for name in DEFAULT_SYSTEMS if name not in ("recompute_no_recompute", "recompute_recompute_all")
+)
+PYTORCH_DEFAULT_BUDGET = ti.functorch_config.activation_memory_budget
+"""``compile_budget`` at this budget is ``compile``: the benchmark measures it once."""
 
 
 def make_backend(recorder: RecordingPartitioner, path: str) -> Callable[..., Any]:

@@ -9,6 +9,7 @@ to rounding.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import statistics
@@ -31,9 +32,9 @@ from recompute_pass import PartitionReport, capture_reports
 from recompute_pass import torch_internals as ti
 
 
-def configure() -> None:
-    ti.inductor_config.force_disable_caches = True
-    ti.inductor_config.fallback_random = True
+def benchmark_settings() -> contextlib.AbstractContextManager[object]:
+    """Caches off (every compile partitions); compiled dropout draws eager's masks."""
+    return ti.inductor_config.patch(force_disable_caches=True, fallback_random=True)
 
 
 def profile_name(device: torch.device) -> str:
@@ -86,8 +87,13 @@ def _sum_reports(reports: list[PartitionReport]) -> dict[str, object]:
 
 def measure(config: Config) -> Record:
     """Build the model, run eager for reference gradients, then the system under test."""
+    with benchmark_settings():
+        torch._dynamo.reset()
+        return _measure(config)
+
+
+def _measure(config: Config) -> Record:
     start = time.perf_counter()
-    configure()
     device = torch.device(config.device)
     case = bench_cases(config.size)[config.model]
     system = SYSTEMS[config.system]
@@ -206,7 +212,9 @@ def main(argv: list[str]) -> int:
     except Exception as error:
         detail = traceback.format_exc(limit=-3).strip().splitlines()
         message = f"{type(error).__name__}: {error}".splitlines()[0][:300]
-        record = Record.failed(config, message + " | " + " / ".join(detail[-4:])[:600], time.perf_counter() - start)
+        record = Record.failed(
+            config, message + " | " + " / ".join(detail[-4:])[:600], time.perf_counter() - start
+        )
     out.write_text(json.dumps(record.to_dict()))
     return 0
 

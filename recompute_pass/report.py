@@ -129,11 +129,11 @@ class PartitionReport:
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], numeric: int = 1) -> list[str]:
     """Aligned rows; the last ``numeric`` columns are right-aligned."""
     widths = [max(len(r[k]) for r in (header, *rows)) for k in range(len(header))]
-    numeric = set(range(len(header) - numeric, len(header)))
+    right = set(range(len(header) - numeric, len(header)))
     out = []
     for r in (header, *rows):
         cells = [
-            c.rjust(w) if k in numeric else c.ljust(w) for k, (c, w) in enumerate(zip(r, widths, strict=True))
+            c.rjust(w) if k in right else c.ljust(w) for k, (c, w) in enumerate(zip(r, widths, strict=True))
         ]
         out.append("  " + "  ".join(cells).rstrip())
     return out
