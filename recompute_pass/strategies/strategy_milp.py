@@ -54,6 +54,11 @@ class MILPStrategy:
             return Solution(incumbent, optimal=fits, notes=notes)
         remaining = max(time_limit - (time.monotonic() - start), 0.05)
         plan, optimal, status = self._milp(problem, budget, incumbent, remaining)
+        if status == "infeasible":
+            # The incumbent satisfies every row, so this is HiGHS's tolerances speaking,
+            # not a property of the problem: keep the min-cut plan, claim nothing more.
+            log.debug("recompute_pass: MILP reported infeasible; keeping the min-cut plan")
+            return Solution(incumbent, optimal=False, notes=("MILP infeasible (numerics); min-cut plan",))
         if plan is None or plan.cost(problem) > incumbent.cost(problem):
             log.warning(
                 "recompute_pass: MILP stopped (%s) after %.1fs without beating the min-cut plan; using it",
