@@ -149,6 +149,7 @@ def _candidate(node: fx.Node, inputs: tuple[fx.Node, ...], *, forward: bool, sta
         reasons.append("must run in backward")
 
     can_recompute = True
+    # Randomness is the cost model's call: it knows attention draws only with dropout.
     if cost.is_random:  # a second draw would differ: wrong gradients
         can_recompute = False
         reasons.append("random")
@@ -158,7 +159,7 @@ def _candidate(node: fx.Node, inputs: tuple[fx.Node, ...], *, forward: bool, sta
     elif kind == OpKind.UNKNOWN:  # a custom op may have effects the schema does not show
         can_recompute = False
         reasons.append("unknown op")
-    elif node.is_impure() or ti.must_be_in_forward(node):
+    elif node.is_impure(impure_random=False) or ti.must_be_in_forward(node):
         can_recompute = False
         reasons.append("side effect")
 

@@ -1,8 +1,9 @@
 """Stage 5: what was decided, in a stable text form and as JSON.
 
 Names are canonical: ``<module path>/<op>`` from the node's ``nn_module_stack``, with
-``#k`` for the k-th further op of that kind in that module, so a report reads like the
-model and does not change when unrelated parts of the graph do.
+``#k`` for the k-th further op of that kind in that module and ``[i]`` for the i-th
+result of a multi-output op, so a report reads like the model and does not change when
+unrelated parts of the graph do. Inputs keep AOTAutograd's ``primals_<i>``.
 """
 
 from __future__ import annotations
@@ -109,16 +110,16 @@ class PartitionReport:
         if activations:
             lines.append("saved activations:")
             lines += _table(
-                ("name", "op", "shape", "dtype", "bytes"),
-                [(s.name, s.op, s.shape, s.dtype, f"{s.bytes:,}") for s in activations],
+                ("name", "shape", "dtype", "bytes"),
+                [(s.name, s.shape, s.dtype, f"{s.bytes:,}") for s in activations],
             )
         work = [r for r in self.recomputed if r.kind != "view"]
         if work:
             views = len(self.recomputed) - len(work)
             lines.append(f"recomputed (views, free, not listed: {views}):")
             lines += _table(
-                ("name", "op", "shape", "flops"),
-                [(r.name, r.op, r.shape, f"{r.flops:,}") for r in work],
+                ("name", "shape", "flops"),
+                [(r.name, r.shape, f"{r.flops:,}") for r in work],
             )
         return "\n".join(lines)
 

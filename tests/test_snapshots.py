@@ -69,12 +69,12 @@ frontier (what other budgets buy):
         1,536          10 us
         2,048          10 us
 saved activations:
-  name       op     shape    dtype    bytes
-  primals_3  input  [2, 32]  float32    256
-  relu       relu   [2, 64]  float32    512
-  mul#2      mul    [2, 64]  float32    512
-  mul#3      mul    [2, 32]  float32    256
-  add#1      add    [2, 64]  float32    512""",
+  name       shape    dtype    bytes
+  primals_3  [2, 32]  float32    256
+  relu       [2, 64]  float32    512
+  mul#2      [2, 64]  float32    512
+  mul#3      [2, 32]  float32    256
+  add#1      [2, 64]  float32    512""",
         )
 
     def test_mlp_budget_0_5(self) -> None:
@@ -94,19 +94,19 @@ frontier (what other budgets buy):
         1,536          10 us
         2,048          10 us
 saved activations:
-  name       op     shape    dtype    bytes
-  primals_3  input  [2, 32]  float32    256
-  fc2/addmm  addmm  [2, 64]  float32    512
-  mul#3      mul    [2, 32]  float32    256
+  name       shape    dtype    bytes
+  primals_3  [2, 32]  float32    256
+  fc2/addmm  [2, 64]  float32    512
+  mul#3      [2, 32]  float32    256
 recomputed (views, free, not listed: 3):
-  name       op     shape    flops
-  fc1/addmm  addmm  [2, 64]  8,192
-  relu       relu   [2, 64]    128
-  mul        mul    [2, 64]    128
-  mul#1      mul    [2, 64]    128
-  erf        erf    [2, 64]    128
-  add        add    [2, 64]    128
-  mul#2      mul    [2, 64]    128""",
+  name       shape    flops
+  fc1/addmm  [2, 64]  8,192
+  relu       [2, 64]    128
+  mul        [2, 64]    128
+  mul#1      [2, 64]    128
+  erf        [2, 64]    128
+  add        [2, 64]    128
+  mul#2      [2, 64]    128""",
         )
 
     def test_mlp_budget_0(self) -> None:
@@ -126,19 +126,19 @@ frontier (what other budgets buy):
         1,536          10 us
         2,048          10 us
 saved activations:
-  name       op     shape    dtype    bytes
-  primals_3  input  [2, 32]  float32    256
+  name       shape    dtype    bytes
+  primals_3  [2, 32]  float32    256
 recomputed (views, free, not listed: 3):
-  name       op     shape     flops
-  fc1/addmm  addmm  [2, 64]   8,192
-  relu       relu   [2, 64]     128
-  fc2/addmm  addmm  [2, 64]  16,384
-  mul        mul    [2, 64]     128
-  mul#1      mul    [2, 64]     128
-  erf        erf    [2, 64]     128
-  add        add    [2, 64]     128
-  mul#2      mul    [2, 64]     128
-  fc3/addmm  addmm  [2, 32]   8,192""",
+  name       shape     flops
+  fc1/addmm  [2, 64]   8,192
+  relu       [2, 64]     128
+  fc2/addmm  [2, 64]  16,384
+  mul        [2, 64]     128
+  mul#1      [2, 64]     128
+  erf        [2, 64]     128
+  add        [2, 64]     128
+  mul#2      [2, 64]     128
+  fc3/addmm  [2, 32]   8,192""",
         )
 
     def test_mlp_absolute(self) -> None:
@@ -158,12 +158,12 @@ frontier (what other budgets buy):
         1,536          10 us
         2,048          10 us
 saved activations:
-  name       op     shape    dtype    bytes
-  primals_3  input  [2, 32]  float32    256
-  relu       relu   [2, 64]  float32    512
-  mul#2      mul    [2, 64]  float32    512
-  mul#3      mul    [2, 32]  float32    256
-  add#1      add    [2, 64]  float32    512""",
+  name       shape    dtype    bytes
+  primals_3  [2, 32]  float32    256
+  relu       [2, 64]  float32    512
+  mul#2      [2, 64]  float32    512
+  mul#3      [2, 32]  float32    256
+  add#1      [2, 64]  float32    512""",
         )
 
     def test_gpt_block_budget_1(self) -> None:
@@ -186,33 +186,33 @@ frontier (what other budgets buy):
        49,280        21.9 us
        65,664        11.4 us
 saved activations:
-  name                                     op       shape           dtype     bytes
-  block.ln1/mul                            mul      [2, 16, 32]     float32   4,096
-  block.attn/clone                         clone    [2, 4, 16, 8]   float32   4,096
-  block.attn/clone#1                       clone    [2, 4, 8, 16]   float32   4,096
-  block.attn/div                           div      [2, 4, 16, 16]  float32   8,192
-  block.attn.attn_drop/native_dropout[0]   getitem  [2, 4, 16, 16]  float32   8,192
-  block.attn.attn_drop/native_dropout[1]   getitem  [2, 4, 16, 16]  bool      2,048
-  block.attn/clone#2                       clone    [2, 4, 16, 8]   float32   4,096
-  block.attn/clone#3                       clone    [2, 16, 4, 8]   float32   4,096
-  block.attn.resid_drop/native_dropout[1]  getitem  [2, 16, 32]     bool      1,024
-  block.ln2/mul                            mul      [2, 16, 32]     float32   4,096
-  block.fc/addmm                           addmm    [32, 128]       float32  16,384
-  block.drop/native_dropout[1]             getitem  [2, 16, 32]     bool      1,024
-  mul                                      mul      [2, 16, 32]     float32   4,096
-  div#1                                    div      [2, 16, 1]      float32     128
+  name                                     shape           dtype     bytes
+  block.ln1/mul                            [2, 16, 32]     float32   4,096
+  block.attn/clone                         [2, 4, 16, 8]   float32   4,096
+  block.attn/clone#1                       [2, 4, 8, 16]   float32   4,096
+  block.attn/div                           [2, 4, 16, 16]  float32   8,192
+  block.attn.attn_drop/native_dropout[0]   [2, 4, 16, 16]  float32   8,192
+  block.attn.attn_drop/native_dropout[1]   [2, 4, 16, 16]  bool      2,048
+  block.attn/clone#2                       [2, 4, 16, 8]   float32   4,096
+  block.attn/clone#3                       [2, 16, 4, 8]   float32   4,096
+  block.attn.resid_drop/native_dropout[1]  [2, 16, 32]     bool      1,024
+  block.ln2/mul                            [2, 16, 32]     float32   4,096
+  block.fc/addmm                           [32, 128]       float32  16,384
+  block.drop/native_dropout[1]             [2, 16, 32]     bool      1,024
+  mul                                      [2, 16, 32]     float32   4,096
+  div#1                                    [2, 16, 1]      float32     128
 recomputed (views, free, not listed: 16):
-  name                    op           shape           flops
-  block.ln1/mul#1         mul          [2, 16, 32]     1,024
-  block.ln1/add#1         add          [2, 16, 32]     1,024
-  block.attn/bitwise_not  bitwise_not  [1, 1, 16, 16]    256
-  block.ln2/mul#1         mul          [2, 16, 32]     1,024
-  block.ln2/add#1         add          [2, 16, 32]     1,024
-  block/mul               mul          [2, 16, 128]    4,096
-  block/mul#1             mul          [2, 16, 128]    4,096
-  block/erf               erf          [2, 16, 128]    4,096
-  block/add#1             add          [2, 16, 128]    4,096
-  block/mul#2             mul          [2, 16, 128]    4,096""",
+  name                    shape           flops
+  block.ln1/mul#1         [2, 16, 32]     1,024
+  block.ln1/add#1         [2, 16, 32]     1,024
+  block.attn/bitwise_not  [1, 1, 16, 16]    256
+  block.ln2/mul#1         [2, 16, 32]     1,024
+  block.ln2/add#1         [2, 16, 32]     1,024
+  block/mul               [2, 16, 128]    4,096
+  block/mul#1             [2, 16, 128]    4,096
+  block/erf               [2, 16, 128]    4,096
+  block/add#1             [2, 16, 128]    4,096
+  block/mul#2             [2, 16, 128]    4,096""",
         )
 
     def test_gpt_block_budget_0_5(self) -> None:
@@ -235,41 +235,41 @@ frontier (what other budgets buy):
        49,280        21.9 us
        65,664        11.4 us
 saved activations:
-  name                                     op             shape           dtype    bytes
-  block.ln1/mul                            mul            [2, 16, 32]     float32  4,096
-  block.attn/clone                         clone          [2, 4, 16, 8]   float32  4,096
-  block.attn/clone#1                       clone          [2, 4, 8, 16]   float32  4,096
-  block.attn/scalar_tensor                 scalar_tensor  []              float32      4
-  block.attn/amax                          amax           [2, 4, 16, 1]   float32    512
-  block.attn/sum                           sum            [2, 4, 16, 1]   float32    512
-  block.attn.attn_drop/native_dropout[0]   getitem        [2, 4, 16, 16]  float32  8,192
-  block.attn.attn_drop/native_dropout[1]   getitem        [2, 4, 16, 16]  bool     2,048
-  block.attn/clone#2                       clone          [2, 4, 16, 8]   float32  4,096
-  block.attn/clone#3                       clone          [2, 16, 4, 8]   float32  4,096
-  block.attn.resid_drop/native_dropout[1]  getitem        [2, 16, 32]     bool     1,024
-  block.ln2/rsqrt                          rsqrt          [2, 16, 1]      float32    128
-  block.ln2/mul                            mul            [2, 16, 32]     float32  4,096
-  block.drop/native_dropout[1]             getitem        [2, 16, 32]     bool     1,024
-  mul                                      mul            [2, 16, 32]     float32  4,096
+  name                                     shape           dtype    bytes
+  block.ln1/mul                            [2, 16, 32]     float32  4,096
+  block.attn/clone                         [2, 4, 16, 8]   float32  4,096
+  block.attn/clone#1                       [2, 4, 8, 16]   float32  4,096
+  block.attn/scalar_tensor                 []              float32      4
+  block.attn/amax                          [2, 4, 16, 1]   float32    512
+  block.attn/sum                           [2, 4, 16, 1]   float32    512
+  block.attn.attn_drop/native_dropout[0]   [2, 4, 16, 16]  float32  8,192
+  block.attn.attn_drop/native_dropout[1]   [2, 4, 16, 16]  bool     2,048
+  block.attn/clone#2                       [2, 4, 16, 8]   float32  4,096
+  block.attn/clone#3                       [2, 16, 4, 8]   float32  4,096
+  block.attn.resid_drop/native_dropout[1]  [2, 16, 32]     bool     1,024
+  block.ln2/rsqrt                          [2, 16, 1]      float32    128
+  block.ln2/mul                            [2, 16, 32]     float32  4,096
+  block.drop/native_dropout[1]             [2, 16, 32]     bool     1,024
+  mul                                      [2, 16, 32]     float32  4,096
 recomputed (views, free, not listed: 17):
-  name                    op           shape             flops
-  block.ln1/mul#1         mul          [2, 16, 32]       1,024
-  block.ln1/add#1         add          [2, 16, 32]       1,024
-  block.attn/bmm          bmm          [8, 16, 16]      32,768
-  block.attn/mul          mul          [2, 4, 16, 16]    2,048
-  block.attn/bitwise_not  bitwise_not  [1, 1, 16, 16]      256
-  block.attn/where        where        [2, 4, 16, 16]    2,048
-  block.attn/sub          sub          [2, 4, 16, 16]    2,048
-  block.attn/exp          exp          [2, 4, 16, 16]    2,048
-  block.attn/div          div          [2, 4, 16, 16]    2,048
-  block.ln2/mul#1         mul          [2, 16, 32]       1,024
-  block.ln2/add#1         add          [2, 16, 32]       1,024
-  block.fc/addmm          addmm        [32, 128]       262,144
-  block/mul               mul          [2, 16, 128]      4,096
-  block/mul#1             mul          [2, 16, 128]      4,096
-  block/erf               erf          [2, 16, 128]      4,096
-  block/add#1             add          [2, 16, 128]      4,096
-  block/mul#2             mul          [2, 16, 128]      4,096""",
+  name                    shape             flops
+  block.ln1/mul#1         [2, 16, 32]       1,024
+  block.ln1/add#1         [2, 16, 32]       1,024
+  block.attn/bmm          [8, 16, 16]      32,768
+  block.attn/mul          [2, 4, 16, 16]    2,048
+  block.attn/bitwise_not  [1, 1, 16, 16]      256
+  block.attn/where        [2, 4, 16, 16]    2,048
+  block.attn/sub          [2, 4, 16, 16]    2,048
+  block.attn/exp          [2, 4, 16, 16]    2,048
+  block.attn/div          [2, 4, 16, 16]    2,048
+  block.ln2/mul#1         [2, 16, 32]       1,024
+  block.ln2/add#1         [2, 16, 32]       1,024
+  block.fc/addmm          [32, 128]       262,144
+  block/mul               [2, 16, 128]      4,096
+  block/mul#1             [2, 16, 128]      4,096
+  block/erf               [2, 16, 128]      4,096
+  block/add#1             [2, 16, 128]      4,096
+  block/mul#2             [2, 16, 128]      4,096""",
         )
 
     def test_gpt_block_budget_0(self) -> None:
@@ -292,47 +292,47 @@ frontier (what other budgets buy):
        49,280        21.9 us
        65,664        11.4 us
 saved activations:
-  name                                     op       shape           dtype    bytes
-  block.ln1/mul                            mul      [2, 16, 32]     float32  4,096
-  block.attn.attn_drop/native_dropout[0]   getitem  [2, 4, 16, 16]  float32  8,192
-  block.attn.attn_drop/native_dropout[1]   getitem  [2, 4, 16, 16]  bool     2,048
-  block.attn.resid_drop/native_dropout[1]  getitem  [2, 16, 32]     bool     1,024
-  block/add                                add      [2, 16, 32]     float32  4,096
-  block.drop/native_dropout[1]             getitem  [2, 16, 32]     bool     1,024
-  mul                                      mul      [2, 16, 32]     float32  4,096
+  name                                     shape           dtype    bytes
+  block.ln1/mul                            [2, 16, 32]     float32  4,096
+  block.attn.attn_drop/native_dropout[0]   [2, 4, 16, 16]  float32  8,192
+  block.attn.attn_drop/native_dropout[1]   [2, 4, 16, 16]  bool     2,048
+  block.attn.resid_drop/native_dropout[1]  [2, 16, 32]     bool     1,024
+  block/add                                [2, 16, 32]     float32  4,096
+  block.drop/native_dropout[1]             [2, 16, 32]     bool     1,024
+  mul                                      [2, 16, 32]     float32  4,096
 recomputed (views, free, not listed: 36):
-  name                      op             shape             flops
-  block.ln1/mul#1           mul            [2, 16, 32]       1,024
-  block.ln1/add#1           add            [2, 16, 32]       1,024
-  block.attn.qkv/addmm      addmm          [32, 96]        196,608
-  block.attn/clone          clone          [2, 4, 16, 8]     1,024
-  block.attn/clone#1        clone          [2, 4, 8, 16]     1,024
-  block.attn/bmm            bmm            [8, 16, 16]      32,768
-  block.attn/mul            mul            [2, 4, 16, 16]    2,048
-  block.attn/bitwise_not    bitwise_not    [1, 1, 16, 16]      256
-  block.attn/scalar_tensor  scalar_tensor  []                    0
-  block.attn/where          where          [2, 4, 16, 16]    2,048
-  block.attn/amax           amax           [2, 4, 16, 1]     2,048
-  block.attn/sub            sub            [2, 4, 16, 16]    2,048
-  block.attn/exp            exp            [2, 4, 16, 16]    2,048
-  block.attn/sum            sum            [2, 4, 16, 1]     2,048
-  block.attn/div            div            [2, 4, 16, 16]    2,048
-  block.attn/clone#2        clone          [2, 4, 16, 8]     1,024
-  block.attn/bmm#1          bmm            [8, 16, 8]       32,768
-  block.attn/clone#3        clone          [2, 16, 4, 8]     1,024
-  block.ln2/var_mean        var_mean       -                 1,024
-  block.ln2/add             add            [2, 16, 1]           32
-  block.ln2/rsqrt           rsqrt          [2, 16, 1]           32
-  block.ln2/sub             sub            [2, 16, 32]       1,024
-  block.ln2/mul             mul            [2, 16, 32]       1,024
-  block.ln2/mul#1           mul            [2, 16, 32]       1,024
-  block.ln2/add#1           add            [2, 16, 32]       1,024
-  block.fc/addmm            addmm          [32, 128]       262,144
-  block/mul                 mul            [2, 16, 128]      4,096
-  block/mul#1               mul            [2, 16, 128]      4,096
-  block/erf                 erf            [2, 16, 128]      4,096
-  block/add#1               add            [2, 16, 128]      4,096
-  block/mul#2               mul            [2, 16, 128]      4,096""",
+  name                      shape             flops
+  block.ln1/mul#1           [2, 16, 32]       1,024
+  block.ln1/add#1           [2, 16, 32]       1,024
+  block.attn.qkv/addmm      [32, 96]        196,608
+  block.attn/clone          [2, 4, 16, 8]     1,024
+  block.attn/clone#1        [2, 4, 8, 16]     1,024
+  block.attn/bmm            [8, 16, 16]      32,768
+  block.attn/mul            [2, 4, 16, 16]    2,048
+  block.attn/bitwise_not    [1, 1, 16, 16]      256
+  block.attn/scalar_tensor  []                    0
+  block.attn/where          [2, 4, 16, 16]    2,048
+  block.attn/amax           [2, 4, 16, 1]     2,048
+  block.attn/sub            [2, 4, 16, 16]    2,048
+  block.attn/exp            [2, 4, 16, 16]    2,048
+  block.attn/sum            [2, 4, 16, 1]     2,048
+  block.attn/div            [2, 4, 16, 16]    2,048
+  block.attn/clone#2        [2, 4, 16, 8]     1,024
+  block.attn/bmm#1          [8, 16, 8]       32,768
+  block.attn/clone#3        [2, 16, 4, 8]     1,024
+  block.ln2/var_mean        -                 1,024
+  block.ln2/add             [2, 16, 1]           32
+  block.ln2/rsqrt           [2, 16, 1]           32
+  block.ln2/sub             [2, 16, 32]       1,024
+  block.ln2/mul             [2, 16, 32]       1,024
+  block.ln2/mul#1           [2, 16, 32]       1,024
+  block.ln2/add#1           [2, 16, 32]       1,024
+  block.fc/addmm            [32, 128]       262,144
+  block/mul                 [2, 16, 128]      4,096
+  block/mul#1               [2, 16, 128]      4,096
+  block/erf                 [2, 16, 128]      4,096
+  block/add#1               [2, 16, 128]      4,096
+  block/mul#2               [2, 16, 128]      4,096""",
         )
 
     def test_gpt_block_absolute(self) -> None:
@@ -355,41 +355,41 @@ frontier (what other budgets buy):
        49,280        21.9 us
        65,664        11.4 us
 saved activations:
-  name                                     op             shape           dtype     bytes
-  block.ln1/mul                            mul            [2, 16, 32]     float32   4,096
-  block.attn/clone                         clone          [2, 4, 16, 8]   float32   4,096
-  block.attn/clone#1                       clone          [2, 4, 8, 16]   float32   4,096
-  block.attn/scalar_tensor                 scalar_tensor  []              float32       4
-  block.attn/amax                          amax           [2, 4, 16, 1]   float32     512
-  block.attn/sum                           sum            [2, 4, 16, 1]   float32     512
-  block.attn.attn_drop/native_dropout[0]   getitem        [2, 4, 16, 16]  float32   8,192
-  block.attn.attn_drop/native_dropout[1]   getitem        [2, 4, 16, 16]  bool      2,048
-  block.attn/clone#2                       clone          [2, 4, 16, 8]   float32   4,096
-  block.attn/clone#3                       clone          [2, 16, 4, 8]   float32   4,096
-  block.attn.resid_drop/native_dropout[1]  getitem        [2, 16, 32]     bool      1,024
-  block.ln2/rsqrt                          rsqrt          [2, 16, 1]      float32     128
-  block.ln2/mul                            mul            [2, 16, 32]     float32   4,096
-  block.fc/addmm                           addmm          [32, 128]       float32  16,384
-  block.drop/native_dropout[1]             getitem        [2, 16, 32]     bool      1,024
-  mul                                      mul            [2, 16, 32]     float32   4,096
+  name                                     shape           dtype     bytes
+  block.ln1/mul                            [2, 16, 32]     float32   4,096
+  block.attn/clone                         [2, 4, 16, 8]   float32   4,096
+  block.attn/clone#1                       [2, 4, 8, 16]   float32   4,096
+  block.attn/scalar_tensor                 []              float32       4
+  block.attn/amax                          [2, 4, 16, 1]   float32     512
+  block.attn/sum                           [2, 4, 16, 1]   float32     512
+  block.attn.attn_drop/native_dropout[0]   [2, 4, 16, 16]  float32   8,192
+  block.attn.attn_drop/native_dropout[1]   [2, 4, 16, 16]  bool      2,048
+  block.attn/clone#2                       [2, 4, 16, 8]   float32   4,096
+  block.attn/clone#3                       [2, 16, 4, 8]   float32   4,096
+  block.attn.resid_drop/native_dropout[1]  [2, 16, 32]     bool      1,024
+  block.ln2/rsqrt                          [2, 16, 1]      float32     128
+  block.ln2/mul                            [2, 16, 32]     float32   4,096
+  block.fc/addmm                           [32, 128]       float32  16,384
+  block.drop/native_dropout[1]             [2, 16, 32]     bool      1,024
+  mul                                      [2, 16, 32]     float32   4,096
 recomputed (views, free, not listed: 17):
-  name                    op           shape            flops
-  block.ln1/mul#1         mul          [2, 16, 32]      1,024
-  block.ln1/add#1         add          [2, 16, 32]      1,024
-  block.attn/bmm          bmm          [8, 16, 16]     32,768
-  block.attn/mul          mul          [2, 4, 16, 16]   2,048
-  block.attn/bitwise_not  bitwise_not  [1, 1, 16, 16]     256
-  block.attn/where        where        [2, 4, 16, 16]   2,048
-  block.attn/sub          sub          [2, 4, 16, 16]   2,048
-  block.attn/exp          exp          [2, 4, 16, 16]   2,048
-  block.attn/div          div          [2, 4, 16, 16]   2,048
-  block.ln2/mul#1         mul          [2, 16, 32]      1,024
-  block.ln2/add#1         add          [2, 16, 32]      1,024
-  block/mul               mul          [2, 16, 128]     4,096
-  block/mul#1             mul          [2, 16, 128]     4,096
-  block/erf               erf          [2, 16, 128]     4,096
-  block/add#1             add          [2, 16, 128]     4,096
-  block/mul#2             mul          [2, 16, 128]     4,096""",
+  name                    shape            flops
+  block.ln1/mul#1         [2, 16, 32]      1,024
+  block.ln1/add#1         [2, 16, 32]      1,024
+  block.attn/bmm          [8, 16, 16]     32,768
+  block.attn/mul          [2, 4, 16, 16]   2,048
+  block.attn/bitwise_not  [1, 1, 16, 16]     256
+  block.attn/where        [2, 4, 16, 16]   2,048
+  block.attn/sub          [2, 4, 16, 16]   2,048
+  block.attn/exp          [2, 4, 16, 16]   2,048
+  block.attn/div          [2, 4, 16, 16]   2,048
+  block.ln2/mul#1         [2, 16, 32]      1,024
+  block.ln2/add#1         [2, 16, 32]      1,024
+  block/mul               [2, 16, 128]     4,096
+  block/mul#1             [2, 16, 128]     4,096
+  block/erf               [2, 16, 128]     4,096
+  block/add#1             [2, 16, 128]     4,096
+  block/mul#2             [2, 16, 128]     4,096""",
         )
 
     def test_llama_block_budget_1(self) -> None:
@@ -397,43 +397,44 @@ recomputed (views, free, not listed: 17):
             report_text("llama_block", memory_budget=1.0),
             """\
 solver: milp (optimal), device: cpu
-budget: ratio 1 -> 51,840 B (range 8,704..51,840 B)
+budget: ratio 1 -> 51,840 B (range 4,096..51,840 B)
 saved: 51,840 B in 11 activations (+11 static inputs)
 recomputed: 31 ops, 18,176 FLOP, est. 36.4 ns
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
-        8,704         123 us
-        8,960         103 us
-       17,152        62.6 us
-       21,120        52.4 us
-       25,216          42 us
+        4,096         134 us
+        4,352         114 us
+       12,544        72.8 us
+       16,512        62.7 us
+       20,608        52.2 us
+       24,704          42 us
        29,312        31.8 us
        51,840        11.2 us
 saved activations:
-  name                                                  op       shape             dtype     bytes
-  block.attn_norm/mul                                   mul      [2, 16, 32]       float32   4,096
-  block.wv/mm                                           mm       [32, 32]          float32   4,096
-  block/cat                                             cat      [2, 4, 16, 4, 2]  float32   4,096
-  block/cat#1                                           cat      [2, 4, 16, 4, 2]  float32   4,096
-  block/_scaled_dot_product_flash_attention_for_cpu[0]  getitem  [2, 4, 16, 8]     float32   4,096
-  block/_scaled_dot_product_flash_attention_for_cpu[1]  getitem  [2, 4, 16]        float32     512
-  block/add#2                                           add      [2, 16, 32]       float32   4,096
-  block.mlp_norm/rsqrt                                  rsqrt    [2, 16, 1]        float32     128
-  block.w_gate/mm                                       mm       [32, 88]          float32  11,264
-  block.w_up/mm                                         mm       [32, 88]          float32  11,264
-  mul                                                   mul      [2, 16, 32]       float32   4,096
+  name                                                  shape             dtype     bytes
+  block.attn_norm/mul                                   [2, 16, 32]       float32   4,096
+  block.wv/mm                                           [32, 32]          float32   4,096
+  block/cat                                             [2, 4, 16, 4, 2]  float32   4,096
+  block/cat#1                                           [2, 4, 16, 4, 2]  float32   4,096
+  block/_scaled_dot_product_flash_attention_for_cpu[0]  [2, 4, 16, 8]     float32   4,096
+  block/_scaled_dot_product_flash_attention_for_cpu[1]  [2, 4, 16]        float32     512
+  block/add#2                                           [2, 16, 32]       float32   4,096
+  block.mlp_norm/rsqrt                                  [2, 16, 1]        float32     128
+  block.w_gate/mm                                       [32, 88]          float32  11,264
+  block.w_up/mm                                         [32, 88]          float32  11,264
+  mul                                                   [2, 16, 32]       float32   4,096
 recomputed (views, free, not listed: 22):
-  name                   op     shape          flops
-  block.attn_norm/mul#1  mul    [2, 16, 32]    1,024
-  block/clone            clone  [2, 16, 4, 8]  1,024
-  block.mlp_norm/mul     mul    [2, 16, 32]    1,024
-  block.mlp_norm/mul#1   mul    [2, 16, 32]    1,024
-  block/neg              neg    [2, 16, 88]    2,816
-  block/exp              exp    [2, 16, 88]    2,816
-  block/add#3            add    [2, 16, 88]    2,816
-  block/div              div    [2, 16, 88]    2,816
-  block/mul#8            mul    [2, 16, 88]    2,816""",
+  name                   shape          flops
+  block.attn_norm/mul#1  [2, 16, 32]    1,024
+  block/clone            [2, 16, 4, 8]  1,024
+  block.mlp_norm/mul     [2, 16, 32]    1,024
+  block.mlp_norm/mul#1   [2, 16, 32]    1,024
+  block/neg              [2, 16, 88]    2,816
+  block/exp              [2, 16, 88]    2,816
+  block/add#3            [2, 16, 88]    2,816
+  block/div              [2, 16, 88]    2,816
+  block/mul#8            [2, 16, 88]    2,816""",
         )
 
     def test_llama_block_budget_0_5(self) -> None:
@@ -441,43 +442,44 @@ recomputed (views, free, not listed: 22):
             report_text("llama_block", memory_budget=0.5),
             """\
 solver: milp (optimal), device: cpu
-budget: ratio 0.5 -> 30,272 B (range 8,704..51,840 B)
-saved: 29,312 B in 9 activations (+11 static inputs)
-recomputed: 33 ops, 378,624 FLOP, est. 21.1 us
+budget: ratio 0.5 -> 27,968 B (range 4,096..51,840 B)
+saved: 25,216 B in 8 activations (+11 static inputs)
+recomputed: 34 ops, 444,160 FLOP, est. 31.3 us
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
-        8,704         123 us
-        8,960         103 us
-       17,152        62.6 us
-       21,120        52.4 us
-       25,216          42 us
+        4,096         134 us
+        4,352         114 us
+       12,544        72.8 us
+       16,512        62.7 us
+       20,608        52.2 us
+       24,704          42 us
        29,312        31.8 us
        51,840        11.2 us
 saved activations:
-  name                                                  op       shape             dtype    bytes
-  block.attn_norm/mul                                   mul      [2, 16, 32]       float32  4,096
-  block.wv/mm                                           mm       [32, 32]          float32  4,096
-  block/cat                                             cat      [2, 4, 16, 4, 2]  float32  4,096
-  block/cat#1                                           cat      [2, 4, 16, 4, 2]  float32  4,096
-  block/_scaled_dot_product_flash_attention_for_cpu[0]  getitem  [2, 4, 16, 8]     float32  4,096
-  block/_scaled_dot_product_flash_attention_for_cpu[1]  getitem  [2, 4, 16]        float32    512
-  block/add#2                                           add      [2, 16, 32]       float32  4,096
-  block.mlp_norm/rsqrt                                  rsqrt    [2, 16, 1]        float32    128
-  mul                                                   mul      [2, 16, 32]       float32  4,096
+  name                                                  shape             dtype    bytes
+  block.attn_norm/mul                                   [2, 16, 32]       float32  4,096
+  block/cat                                             [2, 4, 16, 4, 2]  float32  4,096
+  block/cat#1                                           [2, 4, 16, 4, 2]  float32  4,096
+  block/_scaled_dot_product_flash_attention_for_cpu[0]  [2, 4, 16, 8]     float32  4,096
+  block/_scaled_dot_product_flash_attention_for_cpu[1]  [2, 4, 16]        float32    512
+  block/add#2                                           [2, 16, 32]       float32  4,096
+  block.mlp_norm/rsqrt                                  [2, 16, 1]        float32    128
+  mul                                                   [2, 16, 32]       float32  4,096
 recomputed (views, free, not listed: 22):
-  name                   op     shape            flops
-  block.attn_norm/mul#1  mul    [2, 16, 32]      1,024
-  block/clone            clone  [2, 16, 4, 8]    1,024
-  block.mlp_norm/mul     mul    [2, 16, 32]      1,024
-  block.mlp_norm/mul#1   mul    [2, 16, 32]      1,024
-  block.w_gate/mm        mm     [32, 88]       180,224
-  block/neg              neg    [2, 16, 88]      2,816
-  block/exp              exp    [2, 16, 88]      2,816
-  block/add#3            add    [2, 16, 88]      2,816
-  block/div              div    [2, 16, 88]      2,816
-  block.w_up/mm          mm     [32, 88]       180,224
-  block/mul#8            mul    [2, 16, 88]      2,816""",
+  name                   shape            flops
+  block.attn_norm/mul#1  [2, 16, 32]      1,024
+  block.wv/mm            [32, 32]        65,536
+  block/clone            [2, 16, 4, 8]    1,024
+  block.mlp_norm/mul     [2, 16, 32]      1,024
+  block.mlp_norm/mul#1   [2, 16, 32]      1,024
+  block.w_gate/mm        [32, 88]       180,224
+  block/neg              [2, 16, 88]      2,816
+  block/exp              [2, 16, 88]      2,816
+  block/add#3            [2, 16, 88]      2,816
+  block/div              [2, 16, 88]      2,816
+  block.w_up/mm          [32, 88]       180,224
+  block/mul#8            [2, 16, 88]      2,816""",
         )
 
     def test_llama_block_budget_0(self) -> None:
@@ -485,67 +487,67 @@ recomputed (views, free, not listed: 22):
             report_text("llama_block", memory_budget=0.0),
             """\
 solver: milp (optimal), device: cpu
-budget: ratio 0 -> 8,704 B (range 8,704..51,840 B)
-saved: 8,704 B in 3 activations (+11 static inputs)
-recomputed: 79 ops, 834,432 FLOP, est. 113 us
+budget: ratio 0 -> 4,096 B (range 4,096..51,840 B)
+saved: 4,096 B in 1 activations (+11 static inputs)
+recomputed: 81 ops, 899,968 FLOP, est. 123 us
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
-        8,704         123 us
-        8,960         103 us
-       17,152        62.6 us
-       21,120        52.4 us
-       25,216          42 us
+        4,096         134 us
+        4,352         114 us
+       12,544        72.8 us
+       16,512        62.7 us
+       20,608        52.2 us
+       24,704          42 us
        29,312        31.8 us
        51,840        11.2 us
 saved activations:
-  name                                                  op       shape          dtype    bytes
-  primals_1                                             input    [2, 16, 32]    float32  4,096
-  block/_scaled_dot_product_flash_attention_for_cpu[0]  getitem  [2, 4, 16, 8]  float32  4,096
-  block/_scaled_dot_product_flash_attention_for_cpu[1]  getitem  [2, 4, 16]     float32    512
-recomputed (views, free, not listed: 38):
-  name                   op     shape               flops
-  block.attn_norm/pow    pow    [2, 16, 32]         1,024
-  block.attn_norm/mean   mean   [2, 16, 1]          1,024
-  block.attn_norm/add    add    [2, 16, 1]             32
-  block.attn_norm/rsqrt  rsqrt  [2, 16, 1]             32
-  block.attn_norm/mul    mul    [2, 16, 32]         1,024
-  block.attn_norm/mul#1  mul    [2, 16, 32]         1,024
-  block.wq/mm            mm     [32, 32]           65,536
-  block.wk/mm            mm     [32, 32]           65,536
-  block.wv/mm            mm     [32, 32]           65,536
-  block/mul              mul    [2, 4, 16, 4]         512
-  block/mul#1            mul    [2, 4, 16, 4]         512
-  block/sub              sub    [2, 4, 16, 4]         512
-  block/mul#2            mul    [2, 4, 16, 4]         512
-  block/mul#3            mul    [2, 4, 16, 4]         512
-  block/add              add    [2, 4, 16, 4]         512
-  block/cat              cat    [2, 4, 16, 4, 2]        0
-  block/mul#4            mul    [2, 4, 16, 4]         512
-  block/mul#5            mul    [2, 4, 16, 4]         512
-  block/sub#1            sub    [2, 4, 16, 4]         512
-  block/mul#6            mul    [2, 4, 16, 4]         512
-  block/mul#7            mul    [2, 4, 16, 4]         512
-  block/add#1            add    [2, 4, 16, 4]         512
-  block/cat#1            cat    [2, 4, 16, 4, 2]        0
-  block/clone            clone  [2, 16, 4, 8]       1,024
-  block.wo/mm            mm     [32, 32]           65,536
-  block/add#2            add    [2, 16, 32]         1,024
-  block.mlp_norm/pow     pow    [2, 16, 32]         1,024
-  block.mlp_norm/mean    mean   [2, 16, 1]          1,024
-  block.mlp_norm/add     add    [2, 16, 1]             32
-  block.mlp_norm/rsqrt   rsqrt  [2, 16, 1]             32
-  block.mlp_norm/mul     mul    [2, 16, 32]         1,024
-  block.mlp_norm/mul#1   mul    [2, 16, 32]         1,024
-  block.w_gate/mm        mm     [32, 88]          180,224
-  block/neg              neg    [2, 16, 88]         2,816
-  block/exp              exp    [2, 16, 88]         2,816
-  block/add#3            add    [2, 16, 88]         2,816
-  block/div              div    [2, 16, 88]         2,816
-  block.w_up/mm          mm     [32, 88]          180,224
-  block/mul#8            mul    [2, 16, 88]         2,816
-  block.w_down/mm        mm     [32, 32]          180,224
-  block/add#4            add    [2, 16, 32]         1,024""",
+  name       shape        dtype    bytes
+  primals_1  [2, 16, 32]  float32  4,096
+recomputed (views, free, not listed: 39):
+  name                                               shape               flops
+  block.attn_norm/pow                                [2, 16, 32]         1,024
+  block.attn_norm/mean                               [2, 16, 1]          1,024
+  block.attn_norm/add                                [2, 16, 1]             32
+  block.attn_norm/rsqrt                              [2, 16, 1]             32
+  block.attn_norm/mul                                [2, 16, 32]         1,024
+  block.attn_norm/mul#1                              [2, 16, 32]         1,024
+  block.wq/mm                                        [32, 32]           65,536
+  block.wk/mm                                        [32, 32]           65,536
+  block.wv/mm                                        [32, 32]           65,536
+  block/mul                                          [2, 4, 16, 4]         512
+  block/mul#1                                        [2, 4, 16, 4]         512
+  block/sub                                          [2, 4, 16, 4]         512
+  block/mul#2                                        [2, 4, 16, 4]         512
+  block/mul#3                                        [2, 4, 16, 4]         512
+  block/add                                          [2, 4, 16, 4]         512
+  block/cat                                          [2, 4, 16, 4, 2]        0
+  block/mul#4                                        [2, 4, 16, 4]         512
+  block/mul#5                                        [2, 4, 16, 4]         512
+  block/sub#1                                        [2, 4, 16, 4]         512
+  block/mul#6                                        [2, 4, 16, 4]         512
+  block/mul#7                                        [2, 4, 16, 4]         512
+  block/add#1                                        [2, 4, 16, 4]         512
+  block/cat#1                                        [2, 4, 16, 4, 2]        0
+  block/_scaled_dot_product_flash_attention_for_cpu  -                  65,536
+  block/clone                                        [2, 16, 4, 8]       1,024
+  block.wo/mm                                        [32, 32]           65,536
+  block/add#2                                        [2, 16, 32]         1,024
+  block.mlp_norm/pow                                 [2, 16, 32]         1,024
+  block.mlp_norm/mean                                [2, 16, 1]          1,024
+  block.mlp_norm/add                                 [2, 16, 1]             32
+  block.mlp_norm/rsqrt                               [2, 16, 1]             32
+  block.mlp_norm/mul                                 [2, 16, 32]         1,024
+  block.mlp_norm/mul#1                               [2, 16, 32]         1,024
+  block.w_gate/mm                                    [32, 88]          180,224
+  block/neg                                          [2, 16, 88]         2,816
+  block/exp                                          [2, 16, 88]         2,816
+  block/add#3                                        [2, 16, 88]         2,816
+  block/div                                          [2, 16, 88]         2,816
+  block.w_up/mm                                      [32, 88]          180,224
+  block/mul#8                                        [2, 16, 88]         2,816
+  block.w_down/mm                                    [32, 32]          180,224
+  block/add#4                                        [2, 16, 32]         1,024""",
         )
 
     def test_llama_block_absolute(self) -> None:
@@ -553,43 +555,44 @@ recomputed (views, free, not listed: 38):
             report_text("llama_block", memory_budget_bytes=60_000),
             """\
 solver: milp (optimal), device: cpu
-budget: absolute -> 60,000 B (range 8,704..51,840 B)
+budget: absolute -> 60,000 B (range 4,096..51,840 B)
 saved: 51,840 B in 11 activations (+11 static inputs)
 recomputed: 31 ops, 18,176 FLOP, est. 36.4 ns
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
-        8,704         123 us
-        8,960         103 us
-       17,152        62.6 us
-       21,120        52.4 us
-       25,216          42 us
+        4,096         134 us
+        4,352         114 us
+       12,544        72.8 us
+       16,512        62.7 us
+       20,608        52.2 us
+       24,704          42 us
        29,312        31.8 us
        51,840        11.2 us
 saved activations:
-  name                                                  op       shape             dtype     bytes
-  block.attn_norm/mul                                   mul      [2, 16, 32]       float32   4,096
-  block.wv/mm                                           mm       [32, 32]          float32   4,096
-  block/cat                                             cat      [2, 4, 16, 4, 2]  float32   4,096
-  block/cat#1                                           cat      [2, 4, 16, 4, 2]  float32   4,096
-  block/_scaled_dot_product_flash_attention_for_cpu[0]  getitem  [2, 4, 16, 8]     float32   4,096
-  block/_scaled_dot_product_flash_attention_for_cpu[1]  getitem  [2, 4, 16]        float32     512
-  block/add#2                                           add      [2, 16, 32]       float32   4,096
-  block.mlp_norm/rsqrt                                  rsqrt    [2, 16, 1]        float32     128
-  block.w_gate/mm                                       mm       [32, 88]          float32  11,264
-  block.w_up/mm                                         mm       [32, 88]          float32  11,264
-  mul                                                   mul      [2, 16, 32]       float32   4,096
+  name                                                  shape             dtype     bytes
+  block.attn_norm/mul                                   [2, 16, 32]       float32   4,096
+  block.wv/mm                                           [32, 32]          float32   4,096
+  block/cat                                             [2, 4, 16, 4, 2]  float32   4,096
+  block/cat#1                                           [2, 4, 16, 4, 2]  float32   4,096
+  block/_scaled_dot_product_flash_attention_for_cpu[0]  [2, 4, 16, 8]     float32   4,096
+  block/_scaled_dot_product_flash_attention_for_cpu[1]  [2, 4, 16]        float32     512
+  block/add#2                                           [2, 16, 32]       float32   4,096
+  block.mlp_norm/rsqrt                                  [2, 16, 1]        float32     128
+  block.w_gate/mm                                       [32, 88]          float32  11,264
+  block.w_up/mm                                         [32, 88]          float32  11,264
+  mul                                                   [2, 16, 32]       float32   4,096
 recomputed (views, free, not listed: 22):
-  name                   op     shape          flops
-  block.attn_norm/mul#1  mul    [2, 16, 32]    1,024
-  block/clone            clone  [2, 16, 4, 8]  1,024
-  block.mlp_norm/mul     mul    [2, 16, 32]    1,024
-  block.mlp_norm/mul#1   mul    [2, 16, 32]    1,024
-  block/neg              neg    [2, 16, 88]    2,816
-  block/exp              exp    [2, 16, 88]    2,816
-  block/add#3            add    [2, 16, 88]    2,816
-  block/div              div    [2, 16, 88]    2,816
-  block/mul#8            mul    [2, 16, 88]    2,816""",
+  name                   shape          flops
+  block.attn_norm/mul#1  [2, 16, 32]    1,024
+  block/clone            [2, 16, 4, 8]  1,024
+  block.mlp_norm/mul     [2, 16, 32]    1,024
+  block.mlp_norm/mul#1   [2, 16, 32]    1,024
+  block/neg              [2, 16, 88]    2,816
+  block/exp              [2, 16, 88]    2,816
+  block/add#3            [2, 16, 88]    2,816
+  block/div              [2, 16, 88]    2,816
+  block/mul#8            [2, 16, 88]    2,816""",
         )
 
     def test_cnn_budget_1(self) -> None:
@@ -615,31 +618,31 @@ frontier (what other budgets buy):
        55,722          12 us
        88,426        11.9 us
 saved activations:
-  name                        op                    shape           dtype     bytes
-  primals_2                   input                 [2, 3, 16, 16]  float32   6,144
-  bn/rsqrt                    rsqrt                 [1, 8, 1, 1]    float32      32
-  relu                        relu                  [2, 8, 16, 16]  float32  16,384
-  blocks.0.bn1/rsqrt          rsqrt                 [1, 8, 1, 1]    float32      32
-  blocks.0/relu               relu                  [2, 8, 16, 16]  float32  16,384
-  blocks.0.conv2/convolution  convolution           [2, 8, 16, 16]  float32  16,384
-  blocks.0.bn2/var_mean[1]    getitem               [1, 8, 1, 1]    float32      32
-  blocks.0.bn2/rsqrt          rsqrt                 [1, 8, 1, 1]    float32      32
-  mean                        mean                  [2, 8, 1, 1]    float32      64
-  sub#1                       sub                   [2, 10]         float32      80
-  scalar_tensor#1             scalar_tensor         []              float32       4
-  convert_element_type        convert_element_type  []              float32       4
-  ne#1                        ne                    [2, 1]          bool          2
-  scatter                     scatter               [2, 10]         float32      80
-  sub#6                       sub                   [2, 8, 16, 16]  float32  16,384
-  sub#9                       sub                   [2, 8, 16, 16]  float32  16,384
+  name                        shape           dtype     bytes
+  primals_2                   [2, 3, 16, 16]  float32   6,144
+  bn/rsqrt                    [1, 8, 1, 1]    float32      32
+  relu                        [2, 8, 16, 16]  float32  16,384
+  blocks.0.bn1/rsqrt          [1, 8, 1, 1]    float32      32
+  blocks.0/relu               [2, 8, 16, 16]  float32  16,384
+  blocks.0.conv2/convolution  [2, 8, 16, 16]  float32  16,384
+  blocks.0.bn2/var_mean[1]    [1, 8, 1, 1]    float32      32
+  blocks.0.bn2/rsqrt          [1, 8, 1, 1]    float32      32
+  mean                        [2, 8, 1, 1]    float32      64
+  sub#1                       [2, 10]         float32      80
+  scalar_tensor#1             []              float32       4
+  convert_element_type        []              float32       4
+  ne#1                        [2, 1]          bool          2
+  scatter                     [2, 10]         float32      80
+  sub#6                       [2, 8, 16, 16]  float32  16,384
+  sub#9                       [2, 8, 16, 16]  float32  16,384
 recomputed (views, free, not listed: 7):
-  name                op    shape           flops
-  blocks.0.bn2/sub    sub   [2, 8, 16, 16]  4,096
-  blocks.0.bn2/mul    mul   [2, 8, 16, 16]  4,096
-  blocks.0.bn2/mul#6  mul   [2, 8, 16, 16]  4,096
-  blocks.0.bn2/add#4  add   [2, 8, 16, 16]  4,096
-  blocks.0/add        add   [2, 8, 16, 16]  4,096
-  blocks.0/relu#1     relu  [2, 8, 16, 16]  4,096""",
+  name                shape           flops
+  blocks.0.bn2/sub    [2, 8, 16, 16]  4,096
+  blocks.0.bn2/mul    [2, 8, 16, 16]  4,096
+  blocks.0.bn2/mul#6  [2, 8, 16, 16]  4,096
+  blocks.0.bn2/add#4  [2, 8, 16, 16]  4,096
+  blocks.0/add        [2, 8, 16, 16]  4,096
+  blocks.0/relu#1     [2, 8, 16, 16]  4,096""",
         )
 
     def test_cnn_budget_0_5(self) -> None:
@@ -665,41 +668,41 @@ frontier (what other budgets buy):
        55,722          12 us
        88,426        11.9 us
 saved activations:
-  name                        op                    shape           dtype     bytes
-  primals_2                   input                 [2, 3, 16, 16]  float32   6,144
-  bn/var_mean[1]              getitem               [1, 8, 1, 1]    float32      32
-  bn/rsqrt                    rsqrt                 [1, 8, 1, 1]    float32      32
-  blocks.0.conv1/convolution  convolution           [2, 8, 16, 16]  float32  16,384
-  blocks.0.bn1/var_mean[1]    getitem               [1, 8, 1, 1]    float32      32
-  blocks.0.bn1/rsqrt          rsqrt                 [1, 8, 1, 1]    float32      32
-  blocks.0.conv2/convolution  convolution           [2, 8, 16, 16]  float32  16,384
-  blocks.0.bn2/var_mean[1]    getitem               [1, 8, 1, 1]    float32      32
-  blocks.0.bn2/rsqrt          rsqrt                 [1, 8, 1, 1]    float32      32
-  mean                        mean                  [2, 8, 1, 1]    float32      64
-  scalar_tensor#1             scalar_tensor         []              float32       4
-  convert_element_type        convert_element_type  []              float32       4
-  ne#1                        ne                    [2, 1]          bool          2
-  scatter                     scatter               [2, 10]         float32      80
-  exp#1                       exp                   [2, 10]         float32      80
+  name                        shape           dtype     bytes
+  primals_2                   [2, 3, 16, 16]  float32   6,144
+  bn/var_mean[1]              [1, 8, 1, 1]    float32      32
+  bn/rsqrt                    [1, 8, 1, 1]    float32      32
+  blocks.0.conv1/convolution  [2, 8, 16, 16]  float32  16,384
+  blocks.0.bn1/var_mean[1]    [1, 8, 1, 1]    float32      32
+  blocks.0.bn1/rsqrt          [1, 8, 1, 1]    float32      32
+  blocks.0.conv2/convolution  [2, 8, 16, 16]  float32  16,384
+  blocks.0.bn2/var_mean[1]    [1, 8, 1, 1]    float32      32
+  blocks.0.bn2/rsqrt          [1, 8, 1, 1]    float32      32
+  mean                        [2, 8, 1, 1]    float32      64
+  scalar_tensor#1             []              float32       4
+  convert_element_type        []              float32       4
+  ne#1                        [2, 1]          bool          2
+  scatter                     [2, 10]         float32      80
+  exp#1                       [2, 10]         float32      80
 recomputed (views, free, not listed: 17):
-  name                op           shape             flops
-  stem/convolution    convolution  [2, 8, 16, 16]  221,184
-  bn/sub              sub          [2, 8, 16, 16]    4,096
-  bn/mul              mul          [2, 8, 16, 16]    4,096
-  bn/mul#6            mul          [2, 8, 16, 16]    4,096
-  bn/add#4            add          [2, 8, 16, 16]    4,096
-  relu                relu         [2, 8, 16, 16]    4,096
-  blocks.0.bn1/sub    sub          [2, 8, 16, 16]    4,096
-  blocks.0.bn1/mul    mul          [2, 8, 16, 16]    4,096
-  blocks.0.bn1/mul#6  mul          [2, 8, 16, 16]    4,096
-  blocks.0.bn1/add#4  add          [2, 8, 16, 16]    4,096
-  blocks.0/relu       relu         [2, 8, 16, 16]    4,096
-  blocks.0.bn2/sub    sub          [2, 8, 16, 16]    4,096
-  blocks.0.bn2/mul    mul          [2, 8, 16, 16]    4,096
-  blocks.0.bn2/mul#6  mul          [2, 8, 16, 16]    4,096
-  blocks.0.bn2/add#4  add          [2, 8, 16, 16]    4,096
-  blocks.0/add        add          [2, 8, 16, 16]    4,096
-  blocks.0/relu#1     relu         [2, 8, 16, 16]    4,096""",
+  name                shape             flops
+  stem/convolution    [2, 8, 16, 16]  221,184
+  bn/sub              [2, 8, 16, 16]    4,096
+  bn/mul              [2, 8, 16, 16]    4,096
+  bn/mul#6            [2, 8, 16, 16]    4,096
+  bn/add#4            [2, 8, 16, 16]    4,096
+  relu                [2, 8, 16, 16]    4,096
+  blocks.0.bn1/sub    [2, 8, 16, 16]    4,096
+  blocks.0.bn1/mul    [2, 8, 16, 16]    4,096
+  blocks.0.bn1/mul#6  [2, 8, 16, 16]    4,096
+  blocks.0.bn1/add#4  [2, 8, 16, 16]    4,096
+  blocks.0/relu       [2, 8, 16, 16]    4,096
+  blocks.0.bn2/sub    [2, 8, 16, 16]    4,096
+  blocks.0.bn2/mul    [2, 8, 16, 16]    4,096
+  blocks.0.bn2/mul#6  [2, 8, 16, 16]    4,096
+  blocks.0.bn2/add#4  [2, 8, 16, 16]    4,096
+  blocks.0/add        [2, 8, 16, 16]    4,096
+  blocks.0/relu#1     [2, 8, 16, 16]    4,096""",
         )
 
     def test_cnn_budget_0(self) -> None:
@@ -725,52 +728,52 @@ frontier (what other budgets buy):
        55,722          12 us
        88,426        11.9 us
 saved activations:
-  name        op     shape           dtype    bytes
-  primals_2   input  [2, 3, 16, 16]  float32  6,144
-  primals_22  input  [2]             int64       16
+  name        shape           dtype    bytes
+  primals_2   [2, 3, 16, 16]  float32  6,144
+  primals_22  [2]             int64       16
 recomputed (views, free, not listed: 23):
-  name                        op                    shape             flops
-  stem/convolution            convolution           [2, 8, 16, 16]  221,184
-  bn/var_mean                 var_mean              -                 4,096
-  bn/add#1                    add                   [1, 8, 1, 1]          8
-  bn/rsqrt                    rsqrt                 [1, 8, 1, 1]          8
-  bn/sub                      sub                   [2, 8, 16, 16]    4,096
-  bn/mul                      mul                   [2, 8, 16, 16]    4,096
-  bn/mul#6                    mul                   [2, 8, 16, 16]    4,096
-  bn/add#4                    add                   [2, 8, 16, 16]    4,096
-  relu                        relu                  [2, 8, 16, 16]    4,096
-  blocks.0.conv1/convolution  convolution           [2, 8, 16, 16]  589,824
-  blocks.0.bn1/var_mean       var_mean              -                 4,096
-  blocks.0.bn1/add#1          add                   [1, 8, 1, 1]          8
-  blocks.0.bn1/rsqrt          rsqrt                 [1, 8, 1, 1]          8
-  blocks.0.bn1/sub            sub                   [2, 8, 16, 16]    4,096
-  blocks.0.bn1/mul            mul                   [2, 8, 16, 16]    4,096
-  blocks.0.bn1/mul#6          mul                   [2, 8, 16, 16]    4,096
-  blocks.0.bn1/add#4          add                   [2, 8, 16, 16]    4,096
-  blocks.0/relu               relu                  [2, 8, 16, 16]    4,096
-  blocks.0.conv2/convolution  convolution           [2, 8, 16, 16]  589,824
-  blocks.0.bn2/var_mean       var_mean              -                 4,096
-  blocks.0.bn2/add#1          add                   [1, 8, 1, 1]          8
-  blocks.0.bn2/rsqrt          rsqrt                 [1, 8, 1, 1]          8
-  blocks.0.bn2/sub            sub                   [2, 8, 16, 16]    4,096
-  blocks.0.bn2/mul            mul                   [2, 8, 16, 16]    4,096
-  blocks.0.bn2/mul#6          mul                   [2, 8, 16, 16]    4,096
-  blocks.0.bn2/add#4          add                   [2, 8, 16, 16]    4,096
-  blocks.0/add                add                   [2, 8, 16, 16]    4,096
-  blocks.0/relu#1             relu                  [2, 8, 16, 16]    4,096
-  mean                        mean                  [2, 8, 1, 1]      4,096
-  head/addmm                  addmm                 [2, 10]             320
-  amax                        amax                  [2, 1]               20
-  sub                         sub                   [2, 10]              20
-  exp                         exp                   [2, 10]              20
-  sum                         sum                   [2, 1]               20
-  log                         log                   [2, 1]                2
-  sub#1                       sub                   [2, 10]              20
-  ne                          ne                    [2]                   2
-  scalar_tensor               scalar_tensor         []                    0
-  scalar_tensor#1             scalar_tensor         []                    0
-  sum#1                       sum                   []                    2
-  convert_element_type        convert_element_type  []                    1""",
+  name                        shape             flops
+  stem/convolution            [2, 8, 16, 16]  221,184
+  bn/var_mean                 -                 4,096
+  bn/add#1                    [1, 8, 1, 1]          8
+  bn/rsqrt                    [1, 8, 1, 1]          8
+  bn/sub                      [2, 8, 16, 16]    4,096
+  bn/mul                      [2, 8, 16, 16]    4,096
+  bn/mul#6                    [2, 8, 16, 16]    4,096
+  bn/add#4                    [2, 8, 16, 16]    4,096
+  relu                        [2, 8, 16, 16]    4,096
+  blocks.0.conv1/convolution  [2, 8, 16, 16]  589,824
+  blocks.0.bn1/var_mean       -                 4,096
+  blocks.0.bn1/add#1          [1, 8, 1, 1]          8
+  blocks.0.bn1/rsqrt          [1, 8, 1, 1]          8
+  blocks.0.bn1/sub            [2, 8, 16, 16]    4,096
+  blocks.0.bn1/mul            [2, 8, 16, 16]    4,096
+  blocks.0.bn1/mul#6          [2, 8, 16, 16]    4,096
+  blocks.0.bn1/add#4          [2, 8, 16, 16]    4,096
+  blocks.0/relu               [2, 8, 16, 16]    4,096
+  blocks.0.conv2/convolution  [2, 8, 16, 16]  589,824
+  blocks.0.bn2/var_mean       -                 4,096
+  blocks.0.bn2/add#1          [1, 8, 1, 1]          8
+  blocks.0.bn2/rsqrt          [1, 8, 1, 1]          8
+  blocks.0.bn2/sub            [2, 8, 16, 16]    4,096
+  blocks.0.bn2/mul            [2, 8, 16, 16]    4,096
+  blocks.0.bn2/mul#6          [2, 8, 16, 16]    4,096
+  blocks.0.bn2/add#4          [2, 8, 16, 16]    4,096
+  blocks.0/add                [2, 8, 16, 16]    4,096
+  blocks.0/relu#1             [2, 8, 16, 16]    4,096
+  mean                        [2, 8, 1, 1]      4,096
+  head/addmm                  [2, 10]             320
+  amax                        [2, 1]               20
+  sub                         [2, 10]              20
+  exp                         [2, 10]              20
+  sum                         [2, 1]               20
+  log                         [2, 1]                2
+  sub#1                       [2, 10]              20
+  ne                          [2]                   2
+  scalar_tensor               []                    0
+  scalar_tensor#1             []                    0
+  sum#1                       []                    2
+  convert_element_type        []                    1""",
         )
 
     def test_cnn_absolute(self) -> None:
@@ -796,39 +799,39 @@ frontier (what other budgets buy):
        55,722          12 us
        88,426        11.9 us
 saved activations:
-  name                      op                    shape           dtype    bytes
-  primals_2                 input                 [2, 3, 16, 16]  float32  6,144
-  bn/var_mean[1]            getitem               [1, 8, 1, 1]    float32     32
-  bn/rsqrt                  rsqrt                 [1, 8, 1, 1]    float32     32
-  blocks.0.bn1/var_mean[1]  getitem               [1, 8, 1, 1]    float32     32
-  blocks.0.bn1/rsqrt        rsqrt                 [1, 8, 1, 1]    float32     32
-  blocks.0.bn2/var_mean[1]  getitem               [1, 8, 1, 1]    float32     32
-  blocks.0.bn2/rsqrt        rsqrt                 [1, 8, 1, 1]    float32     32
-  mean                      mean                  [2, 8, 1, 1]    float32     64
-  scalar_tensor#1           scalar_tensor         []              float32      4
-  convert_element_type      convert_element_type  []              float32      4
-  ne#1                      ne                    [2, 1]          bool         2
-  scatter                   scatter               [2, 10]         float32     80
-  exp#1                     exp                   [2, 10]         float32     80
+  name                      shape           dtype    bytes
+  primals_2                 [2, 3, 16, 16]  float32  6,144
+  bn/var_mean[1]            [1, 8, 1, 1]    float32     32
+  bn/rsqrt                  [1, 8, 1, 1]    float32     32
+  blocks.0.bn1/var_mean[1]  [1, 8, 1, 1]    float32     32
+  blocks.0.bn1/rsqrt        [1, 8, 1, 1]    float32     32
+  blocks.0.bn2/var_mean[1]  [1, 8, 1, 1]    float32     32
+  blocks.0.bn2/rsqrt        [1, 8, 1, 1]    float32     32
+  mean                      [2, 8, 1, 1]    float32     64
+  scalar_tensor#1           []              float32      4
+  convert_element_type      []              float32      4
+  ne#1                      [2, 1]          bool         2
+  scatter                   [2, 10]         float32     80
+  exp#1                     [2, 10]         float32     80
 recomputed (views, free, not listed: 17):
-  name                        op           shape             flops
-  stem/convolution            convolution  [2, 8, 16, 16]  221,184
-  bn/sub                      sub          [2, 8, 16, 16]    4,096
-  bn/mul                      mul          [2, 8, 16, 16]    4,096
-  bn/mul#6                    mul          [2, 8, 16, 16]    4,096
-  bn/add#4                    add          [2, 8, 16, 16]    4,096
-  relu                        relu         [2, 8, 16, 16]    4,096
-  blocks.0.conv1/convolution  convolution  [2, 8, 16, 16]  589,824
-  blocks.0.bn1/sub            sub          [2, 8, 16, 16]    4,096
-  blocks.0.bn1/mul            mul          [2, 8, 16, 16]    4,096
-  blocks.0.bn1/mul#6          mul          [2, 8, 16, 16]    4,096
-  blocks.0.bn1/add#4          add          [2, 8, 16, 16]    4,096
-  blocks.0/relu               relu         [2, 8, 16, 16]    4,096
-  blocks.0.conv2/convolution  convolution  [2, 8, 16, 16]  589,824
-  blocks.0.bn2/sub            sub          [2, 8, 16, 16]    4,096
-  blocks.0.bn2/mul            mul          [2, 8, 16, 16]    4,096
-  blocks.0.bn2/mul#6          mul          [2, 8, 16, 16]    4,096
-  blocks.0.bn2/add#4          add          [2, 8, 16, 16]    4,096
-  blocks.0/add                add          [2, 8, 16, 16]    4,096
-  blocks.0/relu#1             relu         [2, 8, 16, 16]    4,096""",
+  name                        shape             flops
+  stem/convolution            [2, 8, 16, 16]  221,184
+  bn/sub                      [2, 8, 16, 16]    4,096
+  bn/mul                      [2, 8, 16, 16]    4,096
+  bn/mul#6                    [2, 8, 16, 16]    4,096
+  bn/add#4                    [2, 8, 16, 16]    4,096
+  relu                        [2, 8, 16, 16]    4,096
+  blocks.0.conv1/convolution  [2, 8, 16, 16]  589,824
+  blocks.0.bn1/sub            [2, 8, 16, 16]    4,096
+  blocks.0.bn1/mul            [2, 8, 16, 16]    4,096
+  blocks.0.bn1/mul#6          [2, 8, 16, 16]    4,096
+  blocks.0.bn1/add#4          [2, 8, 16, 16]    4,096
+  blocks.0/relu               [2, 8, 16, 16]    4,096
+  blocks.0.conv2/convolution  [2, 8, 16, 16]  589,824
+  blocks.0.bn2/sub            [2, 8, 16, 16]    4,096
+  blocks.0.bn2/mul            [2, 8, 16, 16]    4,096
+  blocks.0.bn2/mul#6          [2, 8, 16, 16]    4,096
+  blocks.0.bn2/add#4          [2, 8, 16, 16]    4,096
+  blocks.0/add                [2, 8, 16, 16]    4,096
+  blocks.0/relu#1             [2, 8, 16, 16]    4,096""",
         )
