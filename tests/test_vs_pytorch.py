@@ -1,0 +1,67 @@
+"""At budget 1.0, against PyTorch's default partitioner on the same joint graph.
+
+Our budget-1 plan is the fastest by the cost model, not the smallest: it may recompute
+more *pointwise* work than PyTorch's min cut where that saves bytes (fused into backward
+kernels, it costs arithmetic only). What it must never do is save more, or repeat more of
+the expensive work (matmuls, convolutions, attention). The benchmark reports both axes.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from benchmarks.models import model_cases
+from benchmarks.partition_stats import PartitionStats, graph_stats
+from cost_model import OpKind, SizeHints, classify, node_cost
+from recompute_pass import torch_internals as ti
+from recompute_pass.options import RecomputeOptions
+from recompute_pass.partitioner import partition
+from tests.joint_graphs import CapturedJoint, capture_joints
+
+CASES = model_cases()
+EXPENSIVE = (OpKind.GEMM, OpKind.CONV, OpKind.ATTENTION)
+
+
+@functools.cache
+def joint(name: str) -> CapturedJoint:
+    torch.manual_seed(0)
+    model = CASES[name].build()
+    torch.manual_seed(1)
+    (captured,) = capture_joints(model, CASES[name].inputs(4))
+    return captured
+
+
+def _stats(captured: CapturedJoint, forward, backward) -> tuple[PartitionStats, int]:
+    primals = [n.name for n in captured.module.graph.find_nodes(op="placeholder")]
+    static = frozenset(primals[i] for i in captured.static_lifetime_input_indices)
+    stats = graph_stats(forward, backward, num_fwd_outputs=captured.num_fwd_outputs, static_inputs=static)
+    forward_names = {n.name for n in forward.graph.nodes if n.op == "call_function"}
+    hints = SizeHints.from_graph(backward)
+    expensive = sum(
+        node_cost(n).evaluate(hints).flops
+        for n in backward.graph.nodes
+        if n.op == "call_function" and n.name in forward_names and classify(n) in EXPENSIVE
+    )
+    return stats, expensive
+
+
+@pytest.mark.parametrize("name", ["mlp", "gpt_block", "llama_block", "cnn", "gpt", "llama"])
+def test_budget_one_saves_no_more_and_repeats_no_more_expensive_work(name: str) -> None:
+    captured = joint(name)
+    kwargs = {
+        "num_fwd_outputs": captured.num_fwd_outputs,
+        "static_lifetime_input_indices": list(captured.static_lifetime_input_indices),
+    }
+    theirs, theirs_expensive = _stats(
+        captured, *ti.min_cut_rematerialization_partition(captured.copy(), None, compiler="inductor", **kwargs)
+    )
+    forward, backward, report = partition(captured.copy(), options=RecomputeOptions(memory_budget=1.0), **kwargs)
+    ours, ours_expensive = _stats(captured, forward, backward)
+
+    assert ours.saved_bytes + ours.saved_input_bytes == report.saved_bytes
+    assert ours.recompute_flops == report.recompute_flops
+    assert ours.saved_bytes + ours.saved_input_bytes <= theirs.saved_bytes + theirs.saved_input_bytes
+    assert ours_expensive <= theirs_expensive
