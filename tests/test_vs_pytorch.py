@@ -55,10 +55,10 @@ def test_budget_one_saves_no_more_and_repeats_no_more_expensive_work(name: str) 
         "num_fwd_outputs": captured.num_fwd_outputs,
         "static_lifetime_input_indices": list(captured.static_lifetime_input_indices),
     }
-    theirs, theirs_expensive = _stats(
-        captured, *ti.min_cut_rematerialization_partition(captured.copy(), None, compiler="inductor", **kwargs)
-    )
-    forward, backward, report = partition(captured.copy(), options=RecomputeOptions(memory_budget=1.0), **kwargs)
+    pytorch = ti.min_cut_rematerialization_partition(captured.copy(), None, compiler="inductor", **kwargs)
+    theirs, theirs_expensive = _stats(captured, *pytorch)
+    options = RecomputeOptions(memory_budget=1.0)
+    forward, backward, report = partition(captured.copy(), options=options, **kwargs)
     ours, ours_expensive = _stats(captured, forward, backward)
 
     assert ours.saved_bytes + ours.saved_input_bytes == report.saved_bytes
