@@ -20,7 +20,6 @@ from recompute_pass.joint_graph import analyze, prepare
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.report import PartitionReport, build_report, publish
 from recompute_pass.solve import decide
-from recompute_pass.strategies.strategy_mincut import hull
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +68,7 @@ def partition(
     saved = [candidates[i].node for i in sorted(decision.plan.saved)]
     recomputed = {candidates[i].node for i in decision.plan.recomputed}
     result = extract(joint, saved, recomputed)
-    report = build_report(costed, decision, result, hull(costed.problem))
+    report = build_report(costed, decision, result)
     return result.forward, result.backward, report
 
 

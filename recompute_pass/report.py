@@ -23,7 +23,6 @@ from torch import fx
 
 from recompute_pass.costing import Costed
 from recompute_pass.extraction import Partition
-from recompute_pass.problem import Plan
 from recompute_pass.solve import Decision
 
 log = logging.getLogger("recompute_pass")
@@ -224,9 +223,7 @@ def publish(report: PartitionReport) -> None:
         collector.append(report)
 
 
-def build_report(
-    costed: Costed, decision: Decision, partition: Partition, frontier: tuple[Plan, ...] = ()
-) -> PartitionReport:
+def build_report(costed: Costed, decision: Decision, partition: Partition) -> PartitionReport:
     joint, problem = costed.joint, costed.problem
     index = {c.node.name: i for i, c in enumerate(joint.candidates)}
     names = canonical_names(joint.module.graph.nodes)
@@ -264,5 +261,5 @@ def build_report(
         saved=tuple(saved),
         recomputed=tuple(recomputed),
         notes=decision.notes,
-        frontier=tuple((plan.size(problem), plan.cost(problem)) for plan in frontier),
+        frontier=tuple((plan.size(problem), plan.cost(problem)) for plan in decision.frontier),
     )

@@ -2,7 +2,7 @@
 
 The ratio spans the activation bytes valid plans can save: 0 is the fewest any plan
 saves, 1 is what the cheapest plan (by the cost model) saves. Both ends are exact
-unbudgeted problems, solved as min cuts.
+unbudgeted problems, solved as min cuts: the end points of the frontier's hull.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.problem import Plan, Problem
 from recompute_pass.strategies import STRATEGIES
-from recompute_pass.strategies.cut import CutGraph, check_feasible
-from recompute_pass.strategies.strategy_mincut import dominant_price
+from recompute_pass.strategies.cut import check_feasible
+from recompute_pass.strategies.strategy_mincut import hull
 
 log = logging.getLogger(__name__)
 
@@ -31,20 +31,14 @@ class Decision:
     min_bytes: int
     max_bytes: int
     solve_seconds: float
-
-
-def byte_range(problem: Problem) -> tuple[int, int]:
-    """(fewest bytes any plan saves, bytes the cheapest plan saves)."""
-    graph = CutGraph.build(problem)
-    fewest = graph.solve(problem, dominant_price(problem)).size(problem)
-    cheapest = graph.solve(problem, 0.0).size(problem)
-    return fewest, max(fewest, cheapest)
+    frontier: tuple[Plan, ...]  # the memory/cost hull, what other budgets would buy
 
 
 def decide(problem: Problem, options: RecomputeOptions) -> Decision:
     start = time.perf_counter()
     check_feasible(problem)
-    low, high = byte_range(problem)
+    frontier = hull(problem)  # fewest bytes first, cheapest last
+    low, high = frontier[0].size(problem), frontier[-1].size(problem)
     notes: list[str] = []
     if options.memory_budget_bytes is not None:
         ratio = None
@@ -83,4 +77,5 @@ def decide(problem: Problem, options: RecomputeOptions) -> Decision:
         min_bytes=low,
         max_bytes=high,
         solve_seconds=time.perf_counter() - start,
+        frontier=frontier,
     )
