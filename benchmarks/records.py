@@ -82,6 +82,7 @@ class Record:
     fallback: str | None = None
     notes: str | None = None
     wall_seconds: float | None = None  # the whole worker process
+    code_hash: str | None = None  # recompute_pass.partitioner.code_hash() of the code measured
 
     @property
     def ok(self) -> bool:

@@ -30,6 +30,7 @@ from benchmarks.records import GRAD_TOLERANCE, Config, Record
 from benchmarks.systems import SYSTEMS, make_backend
 from recompute_pass import PartitionReport, capture_reports
 from recompute_pass import torch_internals as ti
+from recompute_pass.partitioner import code_hash
 
 
 def benchmark_settings() -> contextlib.AbstractContextManager[object]:
@@ -199,6 +200,7 @@ def _measure(config: Config) -> Record:
         loss_diff=abs(loss.item() - reference_loss.item()),
         grads_ok=diff <= GRAD_TOLERANCE,
         wall_seconds=time.perf_counter() - start,
+        code_hash=code_hash()[:12],
         **fields,  # type: ignore[arg-type]
     )
 

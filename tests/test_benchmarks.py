@@ -196,3 +196,18 @@ def test_inductor_configuration() -> None:
     assert record.ok, record.error
     assert record.grads_ok and record.saved_bytes == record.graph_saved_bytes
     assert record.compile_seconds > 0
+
+
+def test_snapshot_freezes_the_code_under_test() -> None:
+    import shutil
+
+    from benchmarks.snapshot import git_state, snapshot_code
+
+    code = snapshot_code()
+    try:
+        assert (code / "recompute_pass" / "partitioner.py").exists()
+        assert (code / "benchmarks" / "worker.py").exists()
+        assert not (code / "benchmarks" / "results").exists()
+    finally:
+        shutil.rmtree(code)
+    assert set(git_state()) == {"head", "dirty"}

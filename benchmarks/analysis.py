@@ -1,0 +1,192 @@
+"""Reading the records: frontier comparisons, the Megatron point, the stated targets.
+
+Comparisons use run-time saved bytes (what autograd really held) and graph-counted
+recompute FLOPs. A point with wrong gradients is never a point of a valid frontier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from benchmarks.records import Record
+from benchmarks.systems import PYTORCH_DEFAULT_BUDGET, SYSTEMS
+
+MEGATRON_FLOPS_PCT = 3.0
+SOLVE_SECONDS = 1.0
+BYTES_TOLERANCE = 0.001
+"""Saved bytes within 0.1% count as equal: two partitioners' plans at "the same" bytes differ
+by a few KiB of per-channel statistics, which must not decide a comparison of MiB."""
+
+
+def fits(record: Record, limit: int) -> bool:
+    """``record`` saves no more than ``limit`` bytes, within ``BYTES_TOLERANCE``."""
+    return record.saved_bytes is not None and record.saved_bytes <= limit * (1 + BYTES_TOLERANCE)
+
+
+def models_of(records: Sequence[Record]) -> list[str]:
+    return list(dict.fromkeys(r.model for r in records))
+
+
+def of(records: Sequence[Record], model: str, system: str) -> list[Record]:
+    """Records of one system on one model, by budget."""
+    found = [r for r in records if r.model == model and r.system == system]
+    return sorted(found, key=lambda r: -1.0 if r.budget is None else r.budget)
+
+
+def valid(record: Record) -> bool:
+    return record.ok and record.grads_ok is True and record.saved_bytes is not None
+
+
+def step_flops(records: Sequence[Record], model: str) -> int | None:
+    """FLOPs of one training step without recomputation (the ``compile`` system's graphs)."""
+    for system in ("compile", "recompute_no_recompute", "recompute"):
+        for record in of(records, model, system):
+            if record.ok and record.step_flops:
+                return record.step_flops
+    return None
+
+
+def pct(flops: int | None, total: int | None) -> float | None:
+    return None if flops is None or not total else 100.0 * flops / total
+
+
+def pytorch_points(records: Sequence[Record], model: str) -> list[tuple[float, Record]]:
+    """PyTorch's budget sweep, with plain ``compile`` as its default-budget point."""
+    points = [(r.budget, r) for r in of(records, model, "compile_budget") if r.budget is not None]
+    if PYTORCH_DEFAULT_BUDGET not in {b for b, _ in points}:
+        points += [(PYTORCH_DEFAULT_BUDGET, r) for r in of(records, model, "compile")]
+    return sorted(points, key=lambda p: p[0])
+
+
+OURS_FRONTIER = ("recompute", "recompute_at_pytorch", "recompute_at_selective")
+
+
+@dataclass(frozen=True)
+class FrontierRow:
+    """One PyTorch budget point against ours at its bytes and the best of ours below them."""
+
+    budget: float
+    pytorch: Record
+    matched: Record | None  # ours with PyTorch's saved bytes as an absolute budget
+    ours: Record | None  # fewest recompute FLOPs among our valid points with saved <= PyTorch's
+    verdict: str  # "met", "missed", "no plan", "pytorch wrong"
+
+    @property
+    def counts(self) -> bool:
+        """Whether the row is part of the target (PyTorch's point is a valid plan)."""
+        return valid(self.pytorch)
+
+
+def compare_frontier(records: Sequence[Record], model: str) -> list[FrontierRow]:
+    ours = [r for name in OURS_FRONTIER for r in of(records, model, name) if valid(r)]
+    matched = {r.budget: r for r in of(records, model, "recompute_at_pytorch")}
+    rows = []
+    for budget, theirs in pytorch_points(records, model):
+        if not theirs.ok or theirs.saved_bytes is None:
+            continue
+        fitting = [r for r in ours if fits(r, theirs.saved_bytes)]
+        best = min(fitting, key=lambda r: (r.recompute_flops, r.saved_bytes), default=None)
+        if not valid(theirs):
+            verdict = "pytorch wrong"
+        elif best is None:
+            verdict = "no plan"
+        else:
+            verdict = "met" if best.recompute_flops <= theirs.recompute_flops else "missed"  # type: ignore[operator]
+        rows.append(FrontierRow(budget, theirs, matched.get(budget), best, verdict))
+    return rows
+
+
+@dataclass(frozen=True)
+class MegatronPoint:
+    """Megatron-LM selective recompute (GEMM outputs saved) against our frontier there."""
+
+    step_flops: int
+    selective: Record
+    at_bytes: Record | None  # ours with the selective plan's bytes as an absolute budget
+    frontier: Record | None  # cheapest of our budget sweep that saves no more than selective
+
+    def pct(self, record: Record | None) -> float | None:
+        return None if record is None else pct(record.recompute_flops, self.step_flops)
+
+
+def megatron_point(records: Sequence[Record], model: str = "gpt") -> MegatronPoint | None:
+    total = step_flops(records, model)
+    selective = next((r for r in of(records, model, "recompute_selective") if valid(r)), None)
+    if total is None or selective is None:
+        return None
+    at_bytes = next((r for r in of(records, model, "recompute_at_selective") if valid(r)), None)
+    sweep = [
+        r
+        for r in of(records, model, "recompute")
+        if valid(r) and fits(r, selective.saved_bytes)  # type: ignore[arg-type]
+    ]  # type: ignore[operator]
+    frontier = min(sweep, key=lambda r: (r.recompute_flops, r.saved_bytes), default=None)
+    return MegatronPoint(total, selective, at_bytes, frontier)
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    met: bool | None  # None: not measured in this run
+    detail: str
+
+
+def targets(records: Sequence[Record], solve_time: object) -> list[Target]:
+    result = []
+    rows = {m: compare_frontier(records, m) for m in models_of(records)}
+    counted = [(m, row) for m, rs in rows.items() for row in rs if row.counts]
+    missed = [f"{m} b={row.budget:.1f}" for m, row in counted if row.verdict != "met"]
+    wrong_theirs = sum(row.verdict == "pytorch wrong" for rs in rows.values() for row in rs)
+    result.append(
+        Target(
+            "At equal (within 0.1%) or lower saved bytes, recompute FLOPs <= PyTorch's budget partitioner",
+            None if not counted else not missed,
+            f"{len(counted) - len(missed)}/{len(counted)} valid PyTorch points matched"
+            + (f"; not at {', '.join(missed)}" if missed else "")
+            + f"; {wrong_theirs} PyTorch points excluded (wrong gradients)",
+        )
+    )
+    ours = [r for r in records if SYSTEMS[r.system].ours]
+    bad = [f"{r.model}/{r.system}/b={r.budget}" for r in ours if not valid(r)]
+    result.append(
+        Target(
+            "Correct gradients everywhere (ours)",
+            None if not ours else not bad,
+            f"{len(ours) - len(bad)}/{len(ours)} of our configurations ran and matched eager"
+            + (f"; failing: {', '.join(bad[:8])}" if bad else ""),
+        )
+    )
+    point = megatron_point(records)
+    if point is None:
+        result.append(Target("Megatron point on nanoGPT at <= 3% extra FLOPs", None, "not measured"))
+    else:
+        best = [p for p in (point.pct(point.at_bytes), point.pct(point.frontier)) if p is not None]
+        ours_pct = min(best) if best else None
+        result.append(
+            Target(
+                f"Megatron point on nanoGPT at <= {MEGATRON_FLOPS_PCT:g}% extra FLOPs",
+                None if ours_pct is None else ours_pct <= MEGATRON_FLOPS_PCT,
+                f"ours {_p(ours_pct)} of step FLOPs at <= the selective plan's"
+                f" {point.selective.saved_bytes:,} B (selective itself: {_p(point.pct(point.selective))})",
+            )
+        )
+    if isinstance(solve_time, list) and solve_time:
+        worst = max(solve_time, key=lambda s: s["solve_seconds"])
+        result.append(
+            Target(
+                f"Solve time < {SOLVE_SECONDS:g} s on a {worst['layers']}-layer GPT graph",
+                worst["solve_seconds"] < SOLVE_SECONDS,
+                f"worst {worst['solve_seconds']:.3f} s at budget {worst['budget']}"
+                f" ({worst['joint_nodes']} joint nodes)",
+            )
+        )
+    else:
+        result.append(
+            Target(f"Solve time < {SOLVE_SECONDS:g} s on a 12-layer GPT graph", None, str(solve_time))
+        )
+    return result
+
+
+def _p(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}%"
