@@ -10,7 +10,8 @@
 - recompute FLOPs: backward ``call_function`` nodes whose name is also a forward
   ``call_function`` node (extraction copies joint nodes under their names, so a node in
   both graphs is work done twice), costed with ``cost_model.node_cost`` (attention
-  included, pointwise ops at one FLOP per element);
+  included, pointwise ops at one FLOP per element), and apart the FLOPs of the GEMMs,
+  convolutions and attention among them (what a fused pointwise recompute does not cost);
 - estimated recompute time: ``cost_model.estimate_runtime`` of those nodes, pointwise ops
   and views fused (their arithmetic only), as our partitioner prices them;
 - the partitioner's wall time.
@@ -34,6 +35,7 @@ from recompute_pass import torch_internals as ti
 Partitioner = Callable[..., tuple[fx.GraphModule, fx.GraphModule]]
 
 _FUSED = frozenset({OpKind.VIEW, OpKind.POINTWISE, OpKind.NONE})
+_HEAVY = frozenset({OpKind.GEMM, OpKind.CONV, OpKind.ATTENTION})
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class PartitionStats:
     saved_input_bytes: int  # user inputs (not parameters or buffers) handed to backward
     saved_tensors: int
     recompute_flops: int
+    recompute_heavy_flops: int  # GEMM, convolution and attention among them
     recompute_ops: int
     recompute_seconds: float  # cost model, fused pointwise
     forward_flops: int
@@ -59,7 +62,7 @@ class PartitionStats:
 
     @classmethod
     def empty(cls) -> PartitionStats:
-        return cls(0, 0, 0, 0, 0, 0, 0, 0.0, 0, 0, 0.0)
+        return cls(0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0, 0, 0.0)
 
 
 def _call_nodes(gm: fx.GraphModule) -> list[fx.Node]:
@@ -109,6 +112,7 @@ def graph_stats(
         saved_input_bytes=input_bytes,
         saved_tensors=tensors,
         recompute_flops=_flops(recomputed, hints),
+        recompute_heavy_flops=_flops([n for n in recomputed if node_cost(n).kind in _HEAVY], hints),
         recompute_ops=len(recomputed),
         recompute_seconds=seconds,
         forward_flops=_flops(forward_nodes, hints),

@@ -65,6 +65,7 @@ class Record:
     graph_saved_input_bytes: int | None = None
     graph_saved_tensors: int | None = None
     recompute_flops: int | None = None
+    recompute_heavy_flops: int | None = None  # GEMM, convolution, attention
     recompute_ops: int | None = None
     est_recompute_seconds: float | None = None
     forward_flops: int | None = None

@@ -18,6 +18,9 @@ How each number is obtained (`benchmarks/`):
   (`measure.saved_activation_bytes`); for eager + checkpoint (marked `*`) walking would
   trigger the recomputation, so it is the allocator's net bytes left by the forward minus
   the loss (the two methods agree to the byte on every other system; both are in the CSV).
+- **held**: saved (run) plus the user inputs (token ids, labels) the graphs hand to
+  backward: our budget's units, used to compare plans (one plan saves the labels, another
+  a copy of them; the run-time walk sees only the copy).
 - **saved (graph)**: the same, counted on the partitioned forward graph's outputs with the
   cost model (`partition_stats.RecordingPartitioner`, one wrapper around every partitioner).
 - **recompute**: FLOPs of backward nodes that are also forward nodes of the partitioned
@@ -109,7 +112,10 @@ def write_report(out: Path, records: Sequence[Record], meta: dict[str, object]) 
         if frontier:
             lines += [
                 "Each PyTorch budget point against ours at its bytes, and against the cheapest valid plan"
-                " of ours saving no more bytes (within 0.1%):",
+                " of ours holding no more bytes (within 0.1%). Where ours recomputes more, the"
+                " verdict says whether the excess is pointwise only (GEMM, convolution and attention"
+                " FLOPs no higher): the cost model prices a pointwise op fused into a backward kernel"
+                " below the memory traffic of saving its output.",
                 "",
                 tables.frontier_table(frontier, total),
                 "",

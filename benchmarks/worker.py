@@ -172,6 +172,7 @@ def _measure(config: Config) -> Record:
             graph_saved_input_bytes=stats.saved_input_bytes,
             graph_saved_tensors=stats.saved_tensors,
             recompute_flops=stats.recompute_flops,
+            recompute_heavy_flops=stats.recompute_heavy_flops,
             recompute_ops=stats.recompute_ops,
             est_recompute_seconds=stats.recompute_seconds,
             forward_flops=stats.forward_flops,

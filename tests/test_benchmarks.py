@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 
-from benchmarks.analysis import compare_frontier, megatron_point, targets
+from benchmarks.analysis import compare_frontier, fits, held, megatron_point, targets
 from benchmarks.checkpoint_flops import block_forward_flops, checkpoint_blocks
 from benchmarks.measure import saved_activation_bytes, step_memory
 from benchmarks.models import model_cases
@@ -187,6 +187,22 @@ def test_frontier_verdicts_and_report(tmp_path) -> None:
     text = report.read_text()
     assert "**WRONG**" in text and "PyTorch's plan has **wrong gradients**" in text
     assert (tmp_path / "gpt.png").stat().st_size > 0
+
+
+def test_frontier_compares_held_bytes_and_names_pointwise_excess() -> None:
+    labels_saved = dataclasses.replace(
+        _record("compile_budget", 0.0, saved=0, flops=50), graph_saved_input_bytes=16
+    )
+    labels_copied = _record("recompute", 0.0, saved=8, flops=50)  # 8 + 8 input bytes: as many
+    assert fits(labels_copied, labels_saved) and held(labels_copied) == 16
+    theirs = dataclasses.replace(_record("compile", None, saved=100, flops=5), recompute_heavy_flops=0)
+    ours = dataclasses.replace(_record("recompute", 1.0, saved=80, flops=6), recompute_heavy_flops=0)
+    (row,) = compare_frontier([theirs, ours], "gpt")
+    assert row.verdict == "pointwise"
+    (row,) = compare_frontier([theirs, dataclasses.replace(ours, recompute_heavy_flops=1)], "gpt")
+    assert row.verdict == "missed"
+    (row,) = compare_frontier([labels_saved, labels_copied], "gpt")
+    assert row.verdict == "met"
 
 
 @pytest.mark.slow
