@@ -82,13 +82,29 @@ def spy_partitions() -> Iterator[Spy]:
 
 
 def random_ops_in(graph: fx.GraphModule) -> list[str]:
-    """Nodes of ``graph`` that draw fresh random numbers (a second draw differs)."""
+    """Nodes of ``graph`` that draw fresh random numbers (a second draw differs).
+
+    Attention kernels carry the ``nondeterministic_seeded`` tag for their ``dropout_p``;
+    with ``dropout_p=0`` they draw nothing and may be recomputed.
+    """
     return [
         node.name
         for node in graph.graph.nodes
         if node.op == "call_function"
         and torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+        and _dropout_p(node) != 0.0
     ]
+
+
+def _dropout_p(node: fx.Node) -> object:
+    schema = node.target._schema  # type: ignore[union-attr]
+    names = [a.name for a in schema.arguments]
+    if "dropout_p" not in names:
+        return None  # not an attention kernel: a real draw
+    index = names.index("dropout_p")
+    if "dropout_p" in node.kwargs:
+        return node.kwargs["dropout_p"]
+    return node.args[index] if index < len(node.args) else schema.arguments[index].default_value
 
 
 def assert_valid(call: Partitioned) -> None:
