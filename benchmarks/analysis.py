@@ -84,7 +84,7 @@ class FrontierRow:
     pytorch: Record
     matched: Record | None  # ours with PyTorch's saved bytes as an absolute budget
     ours: Record | None  # fewest recompute FLOPs among our valid points with saved <= PyTorch's
-    verdict: str  # "met", "pointwise", "missed", "no plan", "pytorch wrong"
+    verdict: str  # "met", "pointwise", "est. time", "missed", "no plan", "pytorch wrong"
 
     @property
     def counts(self) -> bool:
@@ -116,6 +116,10 @@ def _verdict(theirs: Record, best: Record | None) -> str:
     if None not in heavy and heavy[0] <= heavy[1]:  # type: ignore[operator]
         # The cost model prices a fused pointwise recompute below the traffic of saving it.
         return "pointwise"
+    times = (best.est_recompute_seconds, theirs.est_recompute_seconds)
+    if None not in times and times[0] < times[1]:  # type: ignore[operator]
+        # Our objective is time: memory-bound recompute is priced by bytes, not FLOPs.
+        return "est. time"
     return "missed"
 
 
@@ -138,11 +142,7 @@ def megatron_point(records: Sequence[Record], model: str = "gpt") -> MegatronPoi
     if total is None or selective is None:
         return None
     at_bytes = next((r for r in of(records, model, "recompute_at_selective") if valid(r)), None)
-    sweep = [
-        r
-        for r in of(records, model, "recompute")
-        if valid(r) and fits(r, selective)
-    ]
+    sweep = [r for r in of(records, model, "recompute") if valid(r) and fits(r, selective)]
     frontier = min(sweep, key=lambda r: (r.recompute_flops, held(r)), default=None)
     return MegatronPoint(total, selective, at_bytes, frontier)
 
@@ -159,7 +159,7 @@ def targets(records: Sequence[Record], solve_time: object) -> list[Target]:
     rows = {m: compare_frontier(records, m) for m in models_of(records)}
     counted = [(m, row) for m, rs in rows.items() for row in rs if row.counts]
     missed = [f"{m} b={row.budget:.1f}" for m, row in counted if row.verdict != "met"]
-    pointwise = sum(row.verdict == "pointwise" for _, row in counted)
+    explained = sum(row.verdict in ("pointwise", "est. time") for _, row in counted)
     wrong_theirs = sum(row.verdict == "pytorch wrong" for rs in rows.values() for row in rs)
     result.append(
         Target(
@@ -167,7 +167,11 @@ def targets(records: Sequence[Record], solve_time: object) -> list[Target]:
             None if not counted else not missed,
             f"{len(counted) - len(missed)}/{len(counted)} valid PyTorch points matched"
             + (f"; not at {', '.join(missed)}" if missed else "")
-            + (f" ({pointwise} of them by pointwise FLOPs only)" if pointwise else "")
+            + (
+                f" ({explained} of them by pointwise FLOPs only or at a lower estimated recompute time)"
+                if explained
+                else ""
+            )
             + f"; {wrong_theirs} PyTorch points excluded (wrong gradients)",
         )
     )

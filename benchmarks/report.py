@@ -114,8 +114,10 @@ def write_report(out: Path, records: Sequence[Record], meta: dict[str, object]) 
                 "Each PyTorch budget point against ours at its bytes, and against the cheapest valid plan"
                 " of ours holding no more bytes (within 0.1%). Where ours recomputes more, the"
                 " verdict says whether the excess is pointwise only (GEMM, convolution and attention"
-                " FLOPs no higher): the cost model prices a pointwise op fused into a backward kernel"
-                " below the memory traffic of saving its output.",
+                " FLOPs no higher: the cost model prices a pointwise op fused into a backward kernel"
+                " below the memory traffic of saving its output), or whether our plan is cheaper by"
+                " the cost model's estimated recompute time (our objective; memory-bound ops are"
+                " priced by bytes moved, not FLOPs).",
                 "",
                 tables.frontier_table(frontier, total),
                 "",

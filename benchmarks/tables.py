@@ -132,6 +132,7 @@ def frontier_table(rows: Sequence[FrontierRow], step_flops: int | None) -> str:
         "met": "ours <= PyTorch",
         # In FLOPs, at <= PyTorch's bytes (within 0.1%):
         "pointwise": "ours > PyTorch in pointwise FLOPs only (fused recompute instead of saving)",
+        "est. time": "ours > PyTorch in FLOPs, < in estimated recompute time (see est. recompute)",
         "missed": "**ours > PyTorch**",
         "no plan": "**no plan of ours saves that little**",
         "pytorch wrong": "PyTorch's plan has **wrong gradients**",

@@ -199,8 +199,11 @@ def test_frontier_compares_held_bytes_and_names_pointwise_excess() -> None:
     ours = dataclasses.replace(_record("recompute", 1.0, saved=80, flops=6), recompute_heavy_flops=0)
     (row,) = compare_frontier([theirs, ours], "gpt")
     assert row.verdict == "pointwise"
-    (row,) = compare_frontier([theirs, dataclasses.replace(ours, recompute_heavy_flops=1)], "gpt")
+    heavier = dataclasses.replace(ours, recompute_heavy_flops=1, est_recompute_seconds=2.0)
+    (row,) = compare_frontier([dataclasses.replace(theirs, est_recompute_seconds=1.0), heavier], "gpt")
     assert row.verdict == "missed"
+    (row,) = compare_frontier([dataclasses.replace(theirs, est_recompute_seconds=3.0), heavier], "gpt")
+    assert row.verdict == "est. time"
     (row,) = compare_frontier([labels_saved, labels_copied], "gpt")
     assert row.verdict == "met"
 
