@@ -54,6 +54,10 @@ def test_recorded_stats_equal_our_report(gpt_block, budget: float) -> None:
     assert stats.saved_bytes + stats.saved_input_bytes == report.saved_bytes
     assert stats.recompute_flops == report.recompute_flops
     assert stats.recompute_ops == len(report.recomputed)
+    heavy = sum(r.flops for r in report.recomputed if r.kind in ("gemm", "conv", "attention"))
+    assert stats.recompute_heavy_flops == heavy < stats.recompute_flops
+    if budget in (0.0, 1.0):  # everything recomputable is recomputed / no GEMM is
+        assert (heavy > 0) == (budget == 0.0)
     assert stats.forward_flops > 0 and stats.backward_flops > 0 and stats.partition_seconds > 0
 
 
