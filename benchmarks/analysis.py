@@ -25,7 +25,9 @@ def held(record: Record) -> int | None:
     inputs (token ids, labels) the graphs save; parameters and buffers excluded.
 
     Inputs count because two plans differ there: one saves the labels, another a copy of
-    them; the run-time walk excludes inputs and would see only the copy.
+    them; the run-time walk excludes inputs and would see only the copy. Known excess:
+    where Inductor's layout pass copies a saved input to channels-last (the CNN), the
+    walk sees the copy and the graph the input, so that input counts twice.
     """
     if record.saved_bytes is None:
         return None

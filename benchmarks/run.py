@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from benchmarks import hf_models
+from benchmarks.analysis import held
 from benchmarks.cases import SIZES, bench_cases
 from benchmarks.records import FIELDS, Config, Record
 from benchmarks.snapshot import ROOT, git_state, snapshot_code
@@ -88,7 +89,7 @@ def _resolve(config: Config, done: dict[tuple, Record]) -> Config | str:
         other = done.get(_key(replace(config, system="compile", budget=None, budget_bytes=None)))
     if other is None or other.saved_bytes is None or other.graph_saved_input_bytes is None:
         return f"no {source} record to take the byte budget from"
-    return replace(config, budget_bytes=other.saved_bytes + other.graph_saved_input_bytes)
+    return replace(config, budget_bytes=held(other))
 
 
 def _key(config: Config | Record) -> tuple:
