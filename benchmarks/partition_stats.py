@@ -29,13 +29,11 @@ from typing import Any
 
 from torch import fx
 
-from cost_model import DeviceProfile, OpKind, SizeHints, estimate_runtime, node_cost, tensor_bytes
+from cost_model import MATRIX_KINDS, DeviceProfile, SizeHints, estimate_runtime, node_cost, tensor_bytes
 from recompute_pass import torch_internals as ti
+from recompute_pass.costing import FUSIBLE
 
 Partitioner = Callable[..., tuple[fx.GraphModule, fx.GraphModule]]
-
-_FUSED = frozenset({OpKind.VIEW, OpKind.POINTWISE, OpKind.NONE})
-_HEAVY = frozenset({OpKind.GEMM, OpKind.CONV, OpKind.ATTENTION})
 
 
 @dataclass(frozen=True)
@@ -100,21 +98,20 @@ def graph_stats(
     forward_nodes = _call_nodes(forward)
     backward_nodes = _call_nodes(backward)
     forward_names = {n.name for n in forward_nodes}
-    recomputed = [n for n in backward_nodes if n.name in forward_names]
-    seconds = 0.0
-    for node in recomputed:
-        cost = node_cost(node)
-        seconds += estimate_runtime(cost, device, hints, fused=cost.kind in _FUSED)
+    recomputed = [node_cost(n) for n in backward_nodes if n.name in forward_names]
+    concrete = [cost.evaluate(hints) for cost in recomputed]
     return PartitionStats(
         graphs=1,
         joint_nodes=joint_nodes,
         saved_bytes=activation,
         saved_input_bytes=input_bytes,
         saved_tensors=tensors,
-        recompute_flops=_flops(recomputed, hints),
-        recompute_heavy_flops=_flops([n for n in recomputed if node_cost(n).kind in _HEAVY], hints),
+        recompute_flops=sum(c.flops for c in concrete),
+        recompute_heavy_flops=sum(c.flops for c in concrete if c.kind in MATRIX_KINDS),
         recompute_ops=len(recomputed),
-        recompute_seconds=seconds,
+        recompute_seconds=sum(
+            estimate_runtime(cost, device, hints, fused=cost.kind in FUSIBLE) for cost in recomputed
+        ),
         forward_flops=_flops(forward_nodes, hints),
         backward_flops=_flops(backward_nodes, SizeHints.from_graph(backward)),
         partition_seconds=partition_seconds,

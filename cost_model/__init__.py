@@ -26,13 +26,14 @@ partitioning.
 from .calibrate import calibrate
 from .device import PROFILES, DeviceProfile, get_profile
 from .hints import DEFAULT_UNBACKED_HINT, SizeHints
-from .kinds import OpKind, classify
+from .kinds import MATRIX_KINDS, OpKind, classify
 from .memory import tensor_bytes
 from .node_cost import ConcreteCost, NodeCost, node_cost
 from .runtime import estimate_runtime
 
 __all__ = [
     "DEFAULT_UNBACKED_HINT",
+    "MATRIX_KINDS",
     "PROFILES",
     "ConcreteCost",
     "DeviceProfile",

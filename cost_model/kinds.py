@@ -58,6 +58,11 @@ class OpKind(str, enum.Enum):
     UNKNOWN = "unknown"  # not modelled: conservative bytes-bound estimate
 
 
+MATRIX_KINDS = frozenset({OpKind.GEMM, OpKind.CONV, OpKind.ATTENTION})
+"""Compute-bound kernels: costed at the matrix units' FLOP rate, and the outputs that
+selective recomputation saves."""
+
+
 def is_op_overload(target: object) -> bool:
     """An ATen/prims/custom ``OpOverload`` (duck-typed: no private torch import)."""
     return hasattr(target, "_schema") and hasattr(target, "overloadpacket")

@@ -40,14 +40,13 @@ from ._log import log_once
 from .attention import work_fraction
 from .flops import bind_args, elementwise_flops, formula_flops
 from .hints import SizeHints
-from .kinds import OpKind, base_name, classify, draws_fresh_randomness, op_name
+from .kinds import MATRIX_KINDS, OpKind, base_name, classify, draws_fresh_randomness, op_name
 from .memory import tensor_bytes
 from .op_names import ALLOC_ONLY_OPS, GATHER_OPS, TEMPLATE_OPS
 from .symbolic import ZERO, flatten_values, tensors_in
 
 logger = logging.getLogger(__name__)
 
-_MATRIX_KINDS = (OpKind.GEMM, OpKind.CONV, OpKind.ATTENTION)
 _MISSING = object()
 
 
@@ -191,7 +190,7 @@ def _node_cost(node: fx.Node, name: str) -> NodeCost:
     bytes_out = ZERO if base_name(target) in ALLOC_ONLY_OPS else tensor_bytes(val)
     flops, formula_ok = _flops(node, name, kind, args, kwargs, val)
     known = known and formula_ok
-    if kind in _MATRIX_KINDS:
+    if kind in MATRIX_KINDS:
         dtype = _first_dtype((args, kwargs)) or _first_dtype(val)
     else:
         dtype = _first_dtype(val) or _first_dtype((args, kwargs))

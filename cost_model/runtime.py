@@ -19,10 +19,8 @@ import sympy
 
 from .device import DeviceProfile, get_profile
 from .hints import SizeHints
-from .kinds import OpKind
+from .kinds import MATRIX_KINDS, OpKind
 from .node_cost import ConcreteCost, NodeCost
-
-_MATRIX_KINDS = (OpKind.GEMM, OpKind.CONV, OpKind.ATTENTION)
 
 
 def estimate_runtime(
@@ -45,7 +43,7 @@ def estimate_runtime(
         if fused:
             return 0.0
         return concrete.bytes_in / profile.collective_bandwidth() + profile.kernel_overhead
-    matrix = concrete.kind in _MATRIX_KINDS
+    matrix = concrete.kind in MATRIX_KINDS
     rate = profile.matmul_flops(concrete.dtype) if matrix else profile.vector_rate()
     compute = concrete.effective_flops / rate
     if fused:

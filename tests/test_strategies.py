@@ -9,10 +9,12 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from cost_model import MATRIX_KINDS
 from recompute_pass.problem import Item, Plan, Problem
 from recompute_pass.strategies import STRATEGIES, InfeasibleProblem
 from recompute_pass.strategies.cut import CutGraph, check_feasible
 from recompute_pass.strategies.strategy_mincut import bracket, hull
+from recompute_pass.strategies.strategy_selective import COMPUTE_INTENSIVE
 
 
 def brute_force(problem: Problem, budget: float) -> Plan | None:
@@ -149,3 +151,7 @@ def test_hull_vertices_are_optimal_for_their_own_size(problem: Problem) -> None:
         assert vertex.violations(problem) == []
         best = brute_force(problem, vertex.size(problem))
         assert best is not None and _close(vertex.cost(problem), best.cost(problem))
+
+
+def test_selective_saves_the_cost_models_matrix_kinds() -> None:
+    assert {kind.value for kind in MATRIX_KINDS} == COMPUTE_INTENSIVE

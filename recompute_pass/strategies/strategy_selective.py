@@ -10,7 +10,7 @@ from recompute_pass.problem import Problem
 from recompute_pass.strategies.base import Solution
 from recompute_pass.strategies.fixed import solve_policy
 
-# ``cost_model.OpKind`` values; strategies stay free of torch.
+# ``cost_model.MATRIX_KINDS`` as values: strategies stay free of torch (a test keeps them equal).
 COMPUTE_INTENSIVE = frozenset({"gemm", "conv", "attention"})
 
 
