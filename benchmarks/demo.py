@@ -75,7 +75,9 @@ def main() -> None:
 
     torch.manual_seed(0)
     base = GPT(GPTConfig(layers=args.layers, dim=128, seq=64, vocab=256))
+    # No fallback: the demo shows our plans, and a fallback report has no numbers to plot.
     backend = recompute_eager_backend if args.no_inductor else recompute_backend
+    backend = backend.with_options(fallback=False)
     points: list[tuple[float, PartitionReport]] = []
     rows = []
     for budget in args.budgets:

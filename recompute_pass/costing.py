@@ -12,11 +12,15 @@ Objective, in estimated seconds of the training step:
 
 from __future__ import annotations
 
+import functools
+import logging
+import operator
 from dataclasses import dataclass
 
 import torch
 
 from cost_model import (
+    MATRIX_KINDS,
     DeviceProfile,
     NodeCost,
     OpKind,
@@ -29,7 +33,11 @@ from cost_model import (
 from recompute_pass.joint_graph import JointGraph
 from recompute_pass.problem import Item, Problem
 
+log = logging.getLogger(__name__)
+
 FUSIBLE = frozenset({OpKind.VIEW, OpKind.POINTWISE, OpKind.NONE})
+_GPU_PROFILES = ("h200", "h100", "a100")  # matched against the device name, first wins
+_DEFAULT_GPU_PROFILE = "h100"
 
 
 @dataclass(frozen=True)
@@ -51,9 +59,24 @@ def resolve_device(device: str | DeviceProfile, joint: JointGraph) -> DeviceProf
     for node in joint.module.graph.find_nodes(op="placeholder"):
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor) and val.device.type == "cuda":
-            name = torch.cuda.get_device_name(val.device).lower() if torch.cuda.is_available() else ""
-            return get_profile(next((p for p in ("h200", "h100", "a100") if p in name), "h100"))
+            name = torch.cuda.get_device_name(val.device) if torch.cuda.is_available() else ""
+            profile = next((p for p in _GPU_PROFILES if p in name.lower()), None)
+            if profile is None:
+                profile = _DEFAULT_GPU_PROFILE
+                _warn_unknown_gpu(name, profile)
+            return get_profile(profile)
     return get_profile("cpu")
+
+
+@functools.cache
+def _warn_unknown_gpu(name: str, profile: str) -> None:
+    """Once per GPU name: its costs are another GPU's, which can move every decision."""
+    log.warning(
+        "recompute_pass: no device profile matches GPU %r; costing it as %s (choose one with the "
+        "device option)",
+        name or "unknown",
+        profile,
+    )
 
 
 def build_problem(joint: JointGraph, device: DeviceProfile) -> Costed:
@@ -89,7 +112,8 @@ def build_problem(joint: JointGraph, device: DeviceProfile) -> Costed:
                 can_save=candidate.can_save,
                 can_recompute=candidate.can_recompute,
                 is_forward=candidate.forward,
-                kind=cost.kind.value,
+                is_matrix=cost.kind in MATRIX_KINDS,
+                selects_output=node.target is operator.getitem,
             )
         )
     return Costed(Problem(tuple(items), needed), joint, tuple(costs), tuple(flops), hints, device)

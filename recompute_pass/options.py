@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from cost_model import PROFILES, DeviceProfile
+from recompute_pass.strategies import STRATEGIES
 
-SOLVERS = ("milp", "mincut", "no_recompute", "recompute_all", "selective")
+SOLVERS = tuple(STRATEGIES)  # the registry is the list: a new strategy is a valid solver
 DEVICES = ("auto", *sorted(PROFILES))
 
 
@@ -27,7 +28,7 @@ def _fail(option: str, value: object, valid: str) -> ValueError:
 class RecomputeOptions:
     """What the partitioner reads. Every field enters the compile cache key (``cache_key``).
 
-    memory_budget: ratio in [0, 1] of the activation-byte range (DESIGN.md, budget semantics).
+    memory_budget: ratio in [0, 1] of the activation-byte range (README, "Budget semantics").
     memory_budget_bytes: absolute cap on saved activation bytes; overrides the ratio.
     solver: one of ``SOLVERS``.
     device: a profile name from ``cost_model.PROFILES``, ``"auto"`` (from the graph's

@@ -101,13 +101,8 @@ class RecomputePartitioner(ti.CustomPartitionerFn):
                 raise
             log.debug("recompute_pass failure:\n%s", traceback.format_exc())
             publish(_fallback_report(self.options, f"{type(error).__name__}: {error}"))
-            return ti.min_cut_rematerialization_partition(
-                gm,
-                joint_inputs,
-                compiler="inductor",
-                num_fwd_outputs=num_fwd_outputs,
-                static_lifetime_input_indices=static,
-            )
+            # The caller's own arguments: ``compiler`` is Inductor's alone, absent from AOTAutograd.
+            return ti.min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
         publish(report)
         return forward, backward
 
@@ -115,13 +110,13 @@ class RecomputePartitioner(ti.CustomPartitionerFn):
 def _fallback_report(options: RecomputeOptions, cause: str) -> PartitionReport:
     return PartitionReport(
         budget_ratio=None if options.memory_budget_bytes is not None else options.memory_budget,
-        budget_bytes=-1,
-        saved_bytes=-1,
-        min_bytes=-1,
-        max_bytes=-1,
-        recompute_flops=-1,
-        estimated_recompute_time=float("nan"),
-        estimated_step_overhead=float("nan"),
+        budget_bytes=None,
+        saved_bytes=None,
+        min_bytes=None,
+        max_bytes=None,
+        recompute_flops=None,
+        estimated_recompute_time=None,
+        estimated_step_overhead=None,
         solver="pytorch-min-cut",
         optimal=False,
         solve_seconds=0.0,

@@ -12,7 +12,54 @@ MILP whose constraint matrix is totally unimodular but for the one budget row.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Container, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
+from typing import Protocol, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+
+class InfeasibleProblem(ValueError):
+    """Some needed value can be neither saved nor recomputed."""
+
+
+class Obtainable(Protocol[K]):
+    """What decides whether backward can have a value: an ``Item``, or a joint-graph
+    candidate whose inputs are graph nodes."""
+
+    @property
+    def can_save(self) -> bool: ...
+
+    @property
+    def can_recompute(self) -> bool: ...
+
+    @property
+    def inputs(self) -> Sequence[K]: ...
+
+
+def find_rebuildable(values: Mapping[K, Obtainable[K]]) -> frozenset[K]:
+    """The values backward can recompute from values it can have (saved, or rebuildable
+    in turn); backward can have a value when it can be saved or is rebuildable.
+
+    The least fixpoint, so it neither needs graph order nor is misled without it: a
+    value whose rebuild depends on one that can be neither saved nor rebuilt (the tensor
+    of a random multi-output op, say) is not rebuildable. Every input must be a key.
+    """
+    rebuilt: set[K] = set()
+    changed = True
+    while changed:
+        changed = False
+        for key, value in values.items():
+            if (
+                key not in rebuilt
+                and value.can_recompute
+                and all(j in rebuilt or values[j].can_save for j in value.inputs)
+            ):
+                rebuilt.add(key)
+                changed = True
+    return frozenset(rebuilt)
 
 
 @dataclass(frozen=True)
@@ -28,8 +75,10 @@ class Item:
     # ("unclaimed" in PyTorch's terms) in backward does not, so it is not counted as
     # recompute in reports.
     is_forward: bool = True
-    # ``cost_model.OpKind`` value, for policies that decide by op class.
-    kind: str = ""
+    # The op's class, for policies that decide by it (``costing`` fills these from the
+    # cost model, so strategies stay free of torch):
+    is_matrix: bool = False  # a compute-bound matmul, convolution or attention kernel
+    selects_output: bool = False  # one result of a multi-output op (its input): no work of its own
 
 
 @dataclass(frozen=True)
@@ -50,19 +99,43 @@ class Problem:
     def __len__(self) -> int:
         return len(self.items)
 
+    @cached_property
+    def rebuildable(self) -> frozenset[int]:
+        """Items backward can recompute (``find_rebuildable``); computed once per problem."""
+        return find_rebuildable(dict(enumerate(self.items)))
+
+    def check_feasible(self) -> None:
+        """Raise ``InfeasibleProblem`` naming the needed values that no plan can provide."""
+        items = self.items
+        missing = sorted(
+            items[i].name for i in self.needed if not items[i].can_save and i not in self.rebuildable
+        )
+        if missing:
+            raise InfeasibleProblem(
+                f"values needed by backward can be neither saved nor recomputed: {missing}"
+            )
+
+    def reach(self, through: Container[int] | None = None) -> frozenset[int]:
+        """The needed items and the inputs they depend on, walking from an item to its
+        inputs only when it is in ``through`` (from every item when None)."""
+        seen: set[int] = set()
+        stack = sorted(self.needed)
+        while stack:
+            i = stack.pop()
+            if i in seen:
+                continue
+            seen.add(i)
+            if through is None or i in through:
+                stack += self.items[i].inputs
+        return frozenset(seen)
+
     def restrict(self, *, can_save: set[int] | None = None, can_recompute: set[int] | None = None) -> Problem:
         """The same problem with saving/recomputing allowed only on the given items."""
         items = tuple(
-            Item(
-                it.name,
-                it.size,
-                it.save_cost,
-                it.recompute_cost,
-                it.inputs,
-                it.can_save and (can_save is None or i in can_save),
-                it.can_recompute and (can_recompute is None or i in can_recompute),
-                it.is_forward,
-                it.kind,
+            dataclasses.replace(
+                it,
+                can_save=it.can_save and (can_save is None or i in can_save),
+                can_recompute=it.can_recompute and (can_recompute is None or i in can_recompute),
             )
             for i, it in enumerate(self.items)
         )
@@ -106,13 +179,5 @@ class Plan:
 
     def pruned(self, problem: Problem) -> Plan:
         """Drop saved/recomputed items that nothing needed depends on (zero-cost ties)."""
-        keep: set[int] = set()
-        stack = sorted(problem.needed)
-        while stack:
-            i = stack.pop()
-            if i in keep:
-                continue
-            keep.add(i)
-            if i in self.recomputed:
-                stack += problem.items[i].inputs
+        keep = problem.reach(through=self.recomputed)
         return Plan(self.saved & keep, self.recomputed & keep)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import fx
 
+from cost_model import OpKind
 from recompute_pass.costing import Costed
 from recompute_pass.extraction import Partition
 from recompute_pass.solve import Decision
@@ -46,21 +47,24 @@ class SavedValue:
 class RecomputedValue:
     name: str
     op: str
-    kind: str  # cost_model.OpKind value
+    kind: OpKind  # a str enum: its value in JSON
     shape: str
     flops: int
 
 
 @dataclass(frozen=True)
 class PartitionReport:
+    """What one partition decided. The byte, FLOP and time fields are None only in a
+    fallback report (``fallback`` set): PyTorch's partitioner decided, and we know none of them."""
+
     budget_ratio: float | None
-    budget_bytes: int
-    saved_bytes: int
-    min_bytes: int
-    max_bytes: int
-    recompute_flops: int
-    estimated_recompute_time: float  # seconds, cost model
-    estimated_step_overhead: float  # seconds: recompute plus saved-tensor traffic (the objective)
+    budget_bytes: int | None
+    saved_bytes: int | None
+    min_bytes: int | None
+    max_bytes: int | None
+    recompute_flops: int | None
+    estimated_recompute_time: float | None  # seconds, cost model
+    estimated_step_overhead: float | None  # seconds: recompute plus saved-tensor traffic (the objective)
     solver: str
     optimal: bool
     solve_seconds: float
@@ -80,7 +84,8 @@ class PartitionReport:
         return (
             f"recompute_pass: saved {_fmt_bytes(self.saved_bytes)} of budget {_fmt_bytes(self.budget_bytes)} "
             f"({budget}; range {_fmt_bytes(self.min_bytes)}..{_fmt_bytes(self.max_bytes)}), "
-            f"recompute {self.recompute_flops:,} FLOP ~{_fmt_seconds(self.estimated_recompute_time)}, "
+            f"recompute {_fmt_count(self.recompute_flops)} FLOP"
+            f" ~{_fmt_seconds(self.estimated_recompute_time)}, "
             f"{self.solver}{' optimal' if self.optimal else ''} in {self.solve_seconds:.3f}s"
         )
 
@@ -91,10 +96,11 @@ class PartitionReport:
         budget = "absolute" if self.budget_ratio is None else f"ratio {self.budget_ratio:g}"
         lines = [
             f"solver: {self.solver}{' (optimal)' if self.optimal else ''}, device: {self.device}",
-            f"budget: {budget} -> {self.budget_bytes:,} B (range {self.min_bytes:,}..{self.max_bytes:,} B)",
-            f"saved: {self.saved_bytes:,} B in {sum(not s.static for s in self.saved)} activations"
+            f"budget: {budget} -> {_fmt_count(self.budget_bytes)} B"
+            f" (range {_fmt_count(self.min_bytes)}..{_fmt_count(self.max_bytes)} B)",
+            f"saved: {_fmt_count(self.saved_bytes)} B in {sum(not s.static for s in self.saved)} activations"
             f" (+{sum(s.static for s in self.saved)} static inputs)",
-            f"recomputed: {len(self.recomputed)} ops, {self.recompute_flops:,} FLOP,"
+            f"recomputed: {len(self.recomputed)} ops, {_fmt_count(self.recompute_flops)} FLOP,"
             f" est. {_fmt_seconds(self.estimated_recompute_time)}",
         ]
         lines += [f"note: {n}" for n in self.notes]
@@ -112,7 +118,7 @@ class PartitionReport:
                 ("name", "shape", "dtype", "bytes"),
                 [(s.name, s.shape, s.dtype, f"{s.bytes:,}") for s in activations],
             )
-        work = [r for r in self.recomputed if r.kind != "view"]
+        work = [r for r in self.recomputed if r.kind is not OpKind.VIEW]
         if work:
             views = len(self.recomputed) - len(work)
             lines.append(f"recomputed (views, free, not listed: {views}):")
@@ -139,7 +145,13 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], numeric: int = 
     return out
 
 
-def _fmt_bytes(n: int) -> str:
+def _fmt_count(n: int | None) -> str:
+    return "?" if n is None else f"{n:,}"
+
+
+def _fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "?"
     value = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(value) < 1024 or unit == "GiB":
@@ -148,7 +160,9 @@ def _fmt_bytes(n: int) -> str:
     raise AssertionError("unreachable")
 
 
-def _fmt_seconds(s: float) -> str:
+def _fmt_seconds(s: float | None) -> str:
+    if s is None:
+        return "?"
     if s == 0:
         return "0 s"
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
@@ -242,7 +256,7 @@ def build_report(costed: Costed, decision: Decision, partition: Partition) -> Pa
     for name in partition.recomputed:
         node = nodes[name]
         shape, _ = describe_shape(node.meta.get("val"))
-        kind = costed.problem.items[index[name]].kind
+        kind = costed.costs[index[name]].kind
         recomputed.append(RecomputedValue(names[node], op_name(node), kind, shape, costed.flops[index[name]]))
     recomputed_items = [index[name] for name in partition.recomputed]
     return PartitionReport(

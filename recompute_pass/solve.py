@@ -2,7 +2,8 @@
 
 The ratio spans the activation bytes valid plans can save: 0 is the fewest any plan
 saves, 1 is what the cheapest plan (by the cost model) saves. Both ends are exact
-unbudgeted problems, solved as min cuts: the end points of the frontier's hull.
+unbudgeted problems, solved as min cuts: the end points of the frontier's hull. The
+relaxation that holds them is built once per graph and shared with the strategy.
 """
 
 from __future__ import annotations
@@ -11,11 +12,10 @@ import logging
 import time
 from dataclasses import dataclass
 
+from recompute_pass.frontier import Relaxation, hull
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.problem import Plan, Problem
 from recompute_pass.strategies import STRATEGIES
-from recompute_pass.strategies.cut import check_feasible
-from recompute_pass.strategies.strategy_mincut import hull
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +36,9 @@ class Decision:
 
 def decide(problem: Problem, options: RecomputeOptions) -> Decision:
     start = time.perf_counter()
-    check_feasible(problem)
-    frontier = hull(problem)  # fewest bytes first, cheapest last
+    relaxation = Relaxation.of(problem)
+    # Fewest bytes first, cheapest last; within the time limit, coarser but exact.
+    frontier = hull(relaxation, deadline=time.monotonic() + options.time_limit)
     low, high = frontier[0].size(problem), frontier[-1].size(problem)
     notes: list[str] = []
     if options.memory_budget_bytes is not None:
@@ -57,7 +58,7 @@ def decide(problem: Problem, options: RecomputeOptions) -> Decision:
         # Floor, so that rounding never lets the plan exceed the ratio's bytes.
         budget = low + int((high - low) * ratio)
     strategy = STRATEGIES[options.solver]
-    solution = strategy.solve(problem, budget, time_limit=options.time_limit)
+    solution = strategy.solve(relaxation, budget, time_limit=options.time_limit)
     plan = solution.plan
     violations = plan.violations(problem)
     if violations:

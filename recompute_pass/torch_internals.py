@@ -1,4 +1,5 @@
-"""Every private PyTorch name this project uses, in one place.
+"""Every private PyTorch name the ``recompute_pass`` package uses, in one place
+(``cost_model/torch_internals.py`` is the cost model's).
 
 Torch internals move between releases; a torch upgrade should touch this file only.
 Checked against torch 2.13. ``tests/test_torch_internals.py`` fails loudly if a name

@@ -9,12 +9,11 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from cost_model import MATRIX_KINDS
+from recompute_pass.cut import CutGraph
+from recompute_pass.frontier import Relaxation, hull
 from recompute_pass.problem import Item, Plan, Problem
 from recompute_pass.strategies import STRATEGIES, InfeasibleProblem
-from recompute_pass.strategies.cut import CutGraph, check_feasible
-from recompute_pass.strategies.strategy_mincut import bracket, hull
-from recompute_pass.strategies.strategy_selective import COMPUTE_INTENSIVE
+from recompute_pass.strategies.strategy_mincut import bracket
 
 
 def brute_force(problem: Problem, budget: float) -> Plan | None:
@@ -56,7 +55,7 @@ def problems(draw: st.DrawFn, max_items: int = 7) -> Problem:
 
 def _feasible(problem: Problem) -> bool:
     try:
-        check_feasible(problem)
+        problem.check_feasible()
     except InfeasibleProblem:
         return False
     return True
@@ -86,7 +85,7 @@ def test_milp_is_exact_with_budget(problem: Problem, ratio: float) -> None:
     budget = low + ratio * (high - low)
     best = brute_force(problem, budget)
     assume(best is not None)
-    solution = STRATEGIES["milp"].solve(problem, budget, time_limit=10)
+    solution = STRATEGIES["milp"].solve(Relaxation.of(problem), budget, time_limit=10)
     assert solution.plan.violations(problem) == []
     assert solution.plan.size(problem) <= budget
     assert _close(solution.plan.cost(problem), best.cost(problem))
@@ -99,7 +98,7 @@ def test_every_strategy_returns_a_valid_plan(problem: Problem, ratio: float) -> 
     assume(_feasible(problem))
     budget = ratio * sum(it.size for it in problem.items)
     for name, strategy in STRATEGIES.items():
-        plan = strategy.solve(problem, budget, time_limit=5).plan
+        plan = strategy.solve(Relaxation.of(problem), budget, time_limit=5).plan
         assert plan.violations(problem) == [], name
         if strategy.honours_budget and brute_force(problem, budget) is not None:
             assert plan.size(problem) <= budget, name
@@ -110,8 +109,8 @@ def _chain() -> Problem:
     return Problem(
         (
             Item("x", 0, 0.0, 0.0, (), True, False),
-            Item("gemm", 100, 1.0, 50.0, (0,), True, True, kind="gemm"),
-            Item("relu", 100, 1.0, 0.1, (1,), True, True, kind="pointwise"),
+            Item("gemm", 100, 1.0, 50.0, (0,), True, True, is_matrix=True),
+            Item("relu", 100, 1.0, 0.1, (1,), True, True),
         ),
         frozenset({1, 2}),
     )
@@ -119,16 +118,18 @@ def _chain() -> Problem:
 
 def test_fixed_policies_on_a_chain() -> None:
     problem = _chain()
-    saved = {name: STRATEGIES[name].solve(problem, 0, time_limit=1).plan for name in STRATEGIES}
+    relaxation = Relaxation.of(problem)
+    saved = {name: STRATEGIES[name].solve(relaxation, 0, time_limit=1).plan for name in STRATEGIES}
     assert saved["no_recompute"] == Plan(frozenset({1, 2}), frozenset())
     assert saved["recompute_all"] == Plan(frozenset({0}), frozenset({1, 2}))
     assert saved["selective"] == Plan(frozenset({1}), frozenset({2}))
 
 
 def test_lagrangian_brackets_the_budget() -> None:
-    problem = _chain()
-    assert bracket(problem, 150).feasible == Plan(frozenset({1}), frozenset({2}))  # unbudgeted optimum fits
-    result = bracket(problem, 50)
+    relaxation = Relaxation.of(_chain())
+    # The unbudgeted optimum fits:
+    assert bracket(relaxation, 150).feasible == Plan(frozenset({1}), frozenset({2}))
+    result = bracket(relaxation, 50)
     assert result.feasible == Plan(frozenset({0}), frozenset({1, 2}))
     assert result.beyond == Plan(frozenset({1}), frozenset({2}))
 
@@ -136,14 +137,16 @@ def test_lagrangian_brackets_the_budget() -> None:
 def test_infeasible_problem_is_named() -> None:
     problem = Problem((Item("stuck", 4, 0.0, 0.0, (), False, False),), frozenset({0}))
     with pytest.raises(InfeasibleProblem, match="stuck"):
-        check_feasible(problem)
+        problem.check_feasible()
+    with pytest.raises(InfeasibleProblem, match="stuck"):
+        Relaxation.of(problem)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 @given(problems())
 def test_hull_vertices_are_optimal_for_their_own_size(problem: Problem) -> None:
     assume(_feasible(problem))
-    vertices = hull(problem)
+    vertices = hull(Relaxation.of(problem))
     sizes = [v.size(problem) for v in vertices]
     costs = [v.cost(problem) for v in vertices]
     assert sizes == sorted(sizes) and costs == sorted(costs, reverse=True)
@@ -153,5 +156,60 @@ def test_hull_vertices_are_optimal_for_their_own_size(problem: Problem) -> None:
         assert best is not None and _close(vertex.cost(problem), best.cost(problem))
 
 
-def test_selective_saves_the_cost_models_matrix_kinds() -> None:
-    assert {kind.value for kind in MATRIX_KINDS} == COMPUTE_INTENSIVE
+def test_hull_past_its_deadline_keeps_exact_ends() -> None:
+    """Three independent values, each cheaper to save per byte than the next: four hull
+    vertices. Out of time, the hull is its two ends, both still optimal for their size."""
+    problem = Problem(
+        (
+            Item("x", 0, 0.0, 0.0, (), True, False),
+            *(Item(f"v{k}", 10, 0.0, cost, (0,), True, True) for k, cost in enumerate((3.0, 2.0, 1.0))),
+        ),
+        frozenset({1, 2, 3}),
+    )
+    relaxation = Relaxation.of(problem)
+    full = hull(relaxation)
+    assert [v.size(problem) for v in full] == [0, 10, 20, 30]
+    assert hull(relaxation, deadline=0.0) == (full[0], full[-1])
+
+
+def test_selective_saves_what_a_matrix_op_computed_even_through_its_getitems() -> None:
+    """An attention op returns a tuple (not savable); the tensors its getitems select are
+    what it computed, so the policy saves them and recomputes only the cheap op after."""
+    problem = Problem(
+        (
+            Item("x", 0, 0.0, 0.0, (), True, False),
+            Item("attention", 0, 0.0, 50.0, (0,), False, True, is_matrix=True),
+            Item("out", 100, 1.0, 0.0, (1,), True, True, selects_output=True),
+            Item("logsumexp", 10, 1.0, 0.0, (1,), True, True, selects_output=True),
+            Item("relu", 100, 1.0, 0.1, (2,), True, True),
+            Item("chunk", 0, 0.0, 0.0, (4,), False, True, selects_output=True),  # a view's getitem
+        ),
+        frozenset({2, 3, 5}),
+    )
+    plan = STRATEGIES["selective"].solve(Relaxation.of(problem), 0, time_limit=1).plan
+    assert plan == Plan(frozenset({2, 3}), frozenset({4, 5}))
+
+
+def test_milp_tie_with_the_min_cut_plan_is_optimal_without_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue #9: the budget falls between two hull vertices, and the smaller one (the
+    min-cut incumbent, saving nothing) is already optimal. HiGHS proves it, returning a
+    plan off the hull that ties (0.3 + (0.7 + 0.4) vs 0.7 + 0.3 + 0.4: equal up to float
+    rounding). That is an optimal answer, not a failure to beat the incumbent."""
+    problem = Problem(
+        (
+            Item("x", 0, 0.0, 0.0, (), True, False),
+            Item("a", 16, 0.6, 0.7, (0,), True, True),
+            Item("b", 8, 0.3, 0.3, (1,), True, True),
+            Item("c", 24, 0.3, 0.4, (1,), True, True),
+        ),
+        frozenset({1, 2, 3}),
+    )
+    relaxation = Relaxation.of(problem)
+    warm = bracket(relaxation, 8)
+    assert warm.feasible == Plan(frozenset({0}), frozenset({1, 2, 3})) and warm.beyond is not None
+    with caplog.at_level("DEBUG", logger="recompute_pass"):
+        solution = STRATEGIES["milp"].solve(relaxation, 8, time_limit=10)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
+    assert solution.optimal
+    assert solution.plan.violations(problem) == [] and solution.plan.size(problem) <= 8
+    assert _close(solution.plan.cost(problem), brute_force(problem, 8).cost(problem))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from recompute_pass.strategies.base import InfeasibleProblem, Solution, Strategy
+from recompute_pass.problem import InfeasibleProblem
+from recompute_pass.strategies.base import Solution, Strategy
 from recompute_pass.strategies.strategy_milp import MILPStrategy
 from recompute_pass.strategies.strategy_mincut import MinCutStrategy
 from recompute_pass.strategies.strategy_no_recompute import NoRecomputeStrategy

@@ -5,11 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from recompute_pass.problem import Plan, Problem
-
-
-class InfeasibleProblem(ValueError):
-    """Some needed value can be neither saved nor recomputed."""
+from recompute_pass.frontier import Relaxation
+from recompute_pass.problem import Plan
 
 
 @dataclass(frozen=True)
@@ -27,6 +24,8 @@ class Strategy(Protocol):
     # be compared against), and the report says when their plan exceeds it.
     honours_budget: bool
 
-    def solve(self, problem: Problem, budget: float, *, time_limit: float) -> Solution:
-        """The cheapest plan saving at most ``budget`` bytes, or the policy's plan."""
+    def solve(self, relaxation: Relaxation, budget: float, *, time_limit: float) -> Solution:
+        """The cheapest plan for ``relaxation.problem`` saving at most ``budget`` bytes, or
+        the policy's plan. The relaxation is built once per graph (``Relaxation.of``), so
+        its feasibility check, cut network and ends are shared with the frontier."""
         ...

@@ -6,7 +6,7 @@ would keep its base alive anyway) and the like.
 
 from __future__ import annotations
 
-from recompute_pass.problem import Problem
+from recompute_pass.frontier import Relaxation
 from recompute_pass.strategies.base import Solution
 from recompute_pass.strategies.fixed import solve_policy
 
@@ -15,6 +15,7 @@ class NoRecomputeStrategy:
     name = "no_recompute"
     honours_budget = False
 
-    def solve(self, problem: Problem, budget: float, *, time_limit: float) -> Solution:
+    def solve(self, relaxation: Relaxation, budget: float, *, time_limit: float) -> Solution:
+        problem = relaxation.problem
         unsavable = {i for i, it in enumerate(problem.items) if not it.is_forward or not it.can_save}
         return solve_policy(problem, unsavable, set(), self.name)

@@ -5,7 +5,7 @@ Only what cannot be rebuilt crosses to backward: inputs, random draws, must-save
 
 from __future__ import annotations
 
-from recompute_pass.problem import Problem
+from recompute_pass.frontier import Relaxation
 from recompute_pass.strategies.base import Solution
 from recompute_pass.strategies.fixed import solve_policy
 
@@ -14,7 +14,8 @@ class RecomputeAllStrategy:
     name = "recompute_all"
     honours_budget = False
 
-    def solve(self, problem: Problem, budget: float, *, time_limit: float) -> Solution:
+    def solve(self, relaxation: Relaxation, budget: float, *, time_limit: float) -> Solution:
+        problem = relaxation.problem
         everything = set(range(len(problem)))
         forward = {i for i, it in enumerate(problem.items) if it.is_forward}
         return solve_policy(problem, everything, forward, self.name)

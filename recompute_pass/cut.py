@@ -10,7 +10,7 @@ recomputed. The edges price the cut:
     out_i  -> sink    infinite, i needed         (backward needs i)
 
 Forbidden choices are infinite edges. ``price`` (seconds per byte) is the Lagrange
-multiplier of the byte budget; ``strategy_mincut`` searches over it.
+multiplier of the byte budget; ``frontier`` searches over it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from scipy.sparse import csr_array
 from scipy.sparse.csgraph import breadth_first_order, maximum_flow
 
 from recompute_pass.problem import Plan, Problem
-from recompute_pass.strategies.base import InfeasibleProblem
 
 # scipy's max-flow works on int32 capacities; finite capacities are scaled so that their
 # sum stays below _FINITE_TOTAL, and anything at or above _INFINITE can never be cut.
@@ -37,24 +36,6 @@ def _in(i: int) -> int:
 
 def _out(i: int) -> int:
     return 3 + 2 * i
-
-
-def check_feasible(problem: Problem) -> None:
-    """Raise ``InfeasibleProblem`` naming a needed value that no plan can provide."""
-    items = problem.items
-    obtainable = [False] * len(items)
-    # Inputs precede users in graph order, but do not rely on it: iterate to a fixpoint.
-    changed = True
-    while changed:
-        changed = False
-        for i, item in enumerate(items):
-            if not obtainable[i] and (
-                item.can_save or (item.can_recompute and all(obtainable[j] for j in item.inputs))
-            ):
-                obtainable[i] = changed = True
-    missing = sorted(items[i].name for i in problem.needed if not obtainable[i])
-    if missing:
-        raise InfeasibleProblem(f"values needed by backward can be neither saved nor recomputed: {missing}")
 
 
 @dataclass(frozen=True)
