@@ -1,7 +1,7 @@
 """Run-time measurements of a training step, shared by the tests and the benchmarks.
 
-No dispatch mode is involved: under one, Dynamo skips the compiled frame and what is
-measured is eager (DESIGN.md).
+No dispatch mode is involved: under one (``FlopCounterMode``, say), Dynamo skips the
+compiled frame and what is measured is eager. FLOPs are counted on graphs instead.
 """
 
 from __future__ import annotations

@@ -17,14 +17,15 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from benchmarks.cases import bench_cases
+from benchmarks.cases import BenchCase, bench_cases
 from benchmarks.checkpoint_flops import block_forward_flops, checkpoint_blocks
-from benchmarks.measure import saved_activation_bytes, step_memory
+from benchmarks.measure import StepMemory, saved_activation_bytes, step_memory
 from benchmarks.partition_stats import RecordingPartitioner
 from benchmarks.records import GRAD_TOLERANCE, Config, Record
 from benchmarks.systems import SYSTEMS, make_backend
@@ -93,94 +94,49 @@ def measure(config: Config) -> Record:
         return _measure(config)
 
 
+@dataclass
+class _UnderTest:
+    """The configured system, ready to step: eager, checkpointed or compiled."""
+
+    kind: str
+    model: nn.Module
+    fn: Callable[..., torch.Tensor]
+    recorder: RecordingPartitioner | None
+    fields: dict[str, object]  # record fields known before any step
+    # Copies used in preparation, held until the record is made: freed by the garbage
+    # collector mid-step, they would show as negative allocations in the CPU memory trace.
+    keep_alive: tuple[object, ...] = ()
+
+
+@dataclass
+class _FirstStep:
+    """The first step: it compiles, gives the gradients and the walked saved bytes."""
+
+    loss: torch.Tensor
+    seconds: float  # forward + backward, compilation included
+    walked_bytes: int | None  # None for checkpointing (the walk would run its recomputation)
+    grads: dict[str, torch.Tensor]
+    reports: list[PartitionReport]
+
+
 def _measure(config: Config) -> Record:
     start = time.perf_counter()
     device = torch.device(config.device)
     case = bench_cases(config.size)[config.model]
-    system = SYSTEMS[config.system]
     step_seed = config.seed + 2
-
-    torch.manual_seed(config.seed)
-    base = case.build().to(device).train()
-    torch.manual_seed(config.seed + 1)
-    inputs = tuple(t.to(device) for t in case.inputs())
-
-    reference = copy.deepcopy(base)
-    torch.manual_seed(step_seed)
-    reference_loss = reference(*inputs)
-    reference_loss.backward()
-    reference_grads = _grads(reference)
-    del reference
-
-    model = copy.deepcopy(base)
-    fn: Callable[..., torch.Tensor] = model
-    recorder: RecordingPartitioner | None = None
-    fields: dict[str, object] = {}
-    if system.kind == "checkpoint":
-        counted = copy.deepcopy(base)
-        fields["recompute_flops"] = block_forward_flops(counted, case.blocks(counted), inputs)
-        checkpoint_blocks(case.blocks(model))
-    elif system.kind == "compiled":
-        partitioner = system.partitioner(config.budget, config.budget_bytes)
-        assert partitioner is not None
-        recorder = RecordingPartitioner(partitioner, device=profile_name(device))
-        fn = torch.compile(model, backend=make_backend(recorder, config.path))
-    elif system.kind == "eager":
-        fields["recompute_flops"] = 0
-    exclude = [*model.parameters(), *model.buffers(), *inputs]
-
-    # First step: compiles; gradients against eager; saved tensors walked before backward.
-    with capture_reports() as reports:
-        _clear_grads(model)
-        torch.manual_seed(step_seed)
-        t0 = time.perf_counter()
-        loss = fn(*inputs)
-        _sync(device)
-        first_forward = time.perf_counter() - t0
-        # The walk would unpack a checkpoint's saved tensors, i.e. run its recomputation.
-        walked = None if system.kind == "checkpoint" else saved_activation_bytes(loss, exclude)
-        t0 = time.perf_counter()
-        loss.backward()
-        _sync(device)
-        first_step = first_forward + time.perf_counter() - t0
-    grads = _grads(model)
-    diff = _grad_diff(grads, reference_grads)
-
-    # Second step: allocator trace (peak, what the forward left allocated).
-    _clear_grads(model)
-    torch.manual_seed(step_seed)
-    memory, mem_loss = step_memory(lambda: fn(*inputs), lambda out: out.backward(), device)
-    after_forward = memory.after_forward_bytes - mem_loss.untyped_storage().nbytes()
-
-    times = []
-    for _ in range(config.repeats):
-        _clear_grads(model)
-        torch.manual_seed(step_seed)
-        _sync(device)
-        t0 = time.perf_counter()
-        fn(*inputs).backward()
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-    quartiles = statistics.quantiles(times, n=4) if len(times) > 1 else [times[0]] * 3
-    median = statistics.median(times)
-
-    if recorder is not None:
-        stats = recorder.total()
-        fields.update(
-            graphs=stats.graphs,
-            graph_saved_bytes=stats.saved_bytes,
-            graph_saved_input_bytes=stats.saved_input_bytes,
-            graph_saved_tensors=stats.saved_tensors,
-            recompute_flops=stats.recompute_flops,
-            recompute_heavy_flops=stats.recompute_heavy_flops,
-            recompute_ops=stats.recompute_ops,
-            est_recompute_seconds=stats.recompute_seconds,
-            forward_flops=stats.forward_flops,
-            backward_flops=stats.backward_flops,
-            partition_seconds=stats.partition_seconds,
-            compile_seconds=max(0.0, first_step - median),
-        )
-    fields.update(_sum_reports(reports))
+    base, inputs = _build(case, config.seed, device)
+    reference_loss, reference_grads = _eager_step(base, inputs, step_seed)
+    under = _system_under_test(config, case, base, inputs, device)
+    first = _first_step(under, inputs, step_seed, device)
+    diff = _grad_diff(first.grads, reference_grads)
+    memory, after_forward = _memory_step(under, inputs, step_seed, device)
+    times = _timed_steps(under, inputs, step_seed, device, config.repeats)
+    median, iqr = _median_and_iqr(times)
+    fields = dict(under.fields)
+    if under.recorder is not None:
+        fields.update(_recorder_fields(under.recorder, compile_seconds=max(0.0, first.seconds - median)))
+    fields.update(_sum_reports(first.reports))
+    walked = first.walked_bytes
     return Record(
         model=config.model,
         system=config.system,
@@ -194,15 +150,128 @@ def _measure(config: Config) -> Record:
         after_forward_bytes=after_forward,
         peak_bytes=memory.peak_bytes,
         step_seconds=median,
-        step_seconds_iqr=quartiles[2] - quartiles[0],
+        step_seconds_iqr=iqr,
         step_seconds_min=min(times),
         repeats=config.repeats,
         max_grad_diff=diff,
-        loss_diff=abs(loss.item() - reference_loss.item()),
+        loss_diff=abs(first.loss.item() - reference_loss.item()),
         grads_ok=diff <= GRAD_TOLERANCE,
         wall_seconds=time.perf_counter() - start,
         code_hash=code_hash()[:12],
         **fields,  # type: ignore[arg-type]
+    )
+
+
+def _build(case: BenchCase, seed: int, device: torch.device) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """The model, in training mode, and its inputs, each from its own seed."""
+    torch.manual_seed(seed)
+    base = case.build().to(device).train()
+    torch.manual_seed(seed + 1)
+    inputs = tuple(t.to(device) for t in case.inputs())
+    return base, inputs
+
+
+def _eager_step(
+    base: nn.Module, inputs: tuple[torch.Tensor, ...], step_seed: int
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Loss and gradients of one eager step of a copy of ``base``: the reference."""
+    reference = copy.deepcopy(base)
+    torch.manual_seed(step_seed)
+    loss = reference(*inputs)
+    loss.backward()
+    return loss, _grads(reference)
+
+
+def _system_under_test(
+    config: Config, case: BenchCase, base: nn.Module, inputs: tuple[torch.Tensor, ...], device: torch.device
+) -> _UnderTest:
+    """A copy of ``base`` made into the configured system (compiling is left to its first step)."""
+    system = SYSTEMS[config.system]
+    model = copy.deepcopy(base)
+    if system.kind == "checkpoint":
+        counted = copy.deepcopy(base)
+        flops = block_forward_flops(counted, case.blocks(counted), inputs)
+        checkpoint_blocks(case.blocks(model))
+        return _UnderTest(system.kind, model, model, None, {"recompute_flops": flops}, (counted,))
+    if system.kind == "compiled":
+        partitioner = system.partitioner(config.budget, config.budget_bytes)
+        assert partitioner is not None
+        recorder = RecordingPartitioner(partitioner, device=profile_name(device))
+        fn = torch.compile(model, backend=make_backend(recorder, config.path))
+        return _UnderTest(system.kind, model, fn, recorder, {})
+    fields: dict[str, object] = {"recompute_flops": 0} if system.kind == "eager" else {}
+    return _UnderTest(system.kind, model, model, None, fields)
+
+
+def _first_step(
+    under: _UnderTest, inputs: tuple[torch.Tensor, ...], step_seed: int, device: torch.device
+) -> _FirstStep:
+    """Compiles; gradients to compare with eager; saved tensors walked before backward."""
+    exclude = [*under.model.parameters(), *under.model.buffers(), *inputs]
+    with capture_reports() as reports:
+        _clear_grads(under.model)
+        torch.manual_seed(step_seed)
+        t0 = time.perf_counter()
+        loss = under.fn(*inputs)
+        _sync(device)
+        forward_seconds = time.perf_counter() - t0
+        # The walk would unpack a checkpoint's saved tensors, i.e. run its recomputation.
+        walked = None if under.kind == "checkpoint" else saved_activation_bytes(loss, exclude)
+        t0 = time.perf_counter()
+        loss.backward()
+        _sync(device)
+        seconds = forward_seconds + time.perf_counter() - t0
+    return _FirstStep(loss, seconds, walked, _grads(under.model), reports)
+
+
+def _memory_step(
+    under: _UnderTest, inputs: tuple[torch.Tensor, ...], step_seed: int, device: torch.device
+) -> tuple[StepMemory, int]:
+    """A step under the allocator trace: its memory, and the bytes the forward left
+    allocated besides the loss (what it saved for backward)."""
+    _clear_grads(under.model)
+    torch.manual_seed(step_seed)
+    memory, loss = step_memory(lambda: under.fn(*inputs), lambda out: out.backward(), device)
+    return memory, memory.after_forward_bytes - loss.untyped_storage().nbytes()
+
+
+def _timed_steps(
+    under: _UnderTest, inputs: tuple[torch.Tensor, ...], step_seed: int, device: torch.device, repeats: int
+) -> list[float]:
+    """Seconds of each of ``repeats`` forward+backward steps."""
+    times = []
+    for _ in range(repeats):
+        _clear_grads(under.model)
+        torch.manual_seed(step_seed)
+        _sync(device)
+        t0 = time.perf_counter()
+        under.fn(*inputs).backward()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def _median_and_iqr(times: list[float]) -> tuple[float, float]:
+    quartiles = statistics.quantiles(times, n=4) if len(times) > 1 else [times[0]] * 3
+    return statistics.median(times), quartiles[2] - quartiles[0]
+
+
+def _recorder_fields(recorder: RecordingPartitioner, *, compile_seconds: float) -> dict[str, object]:
+    """What the recorded partitions hold, summed over the compiled graphs."""
+    stats = recorder.total()
+    return dict(
+        graphs=stats.graphs,
+        graph_saved_bytes=stats.saved_bytes,
+        graph_saved_input_bytes=stats.saved_input_bytes,
+        graph_saved_tensors=stats.saved_tensors,
+        recompute_flops=stats.recompute_flops,
+        recompute_heavy_flops=stats.recompute_heavy_flops,
+        recompute_ops=stats.recompute_ops,
+        est_recompute_seconds=stats.recompute_seconds,
+        forward_flops=stats.forward_flops,
+        backward_flops=stats.backward_flops,
+        partition_seconds=stats.partition_seconds,
+        compile_seconds=compile_seconds,
     )
 
 

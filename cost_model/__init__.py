@@ -20,7 +20,7 @@ Decisions (details in each module's docstring):
   ``SizeHints.unbacked_hint`` = 4096 (``hints``).
 
 The package imports only torch, sympy and the standard library, and knows nothing of
-partitioning.
+partitioning. Every private torch name it uses comes through ``torch_internals``.
 """
 
 from .calibrate import calibrate

@@ -24,18 +24,9 @@ from typing import Any
 
 import sympy
 
-from .op_names import ATTENTION_OPS
+from .op_names import ATTENTION_OPS, BSHD_ATTENTION_OPS
 from .symbolic import ONE, is_tensor, shape_of
 
-# The low-level flash/efficient kernels take (batch, seq, heads, dim); the rest (b, h, s, d).
-_SEQ_DIM_1 = frozenset(
-    {
-        "_flash_attention_forward",
-        "_flash_attention_backward",
-        "_efficient_attention_forward",
-        "_efficient_attention_backward",
-    }
-)
 _NESTED_OFFSETS = ("cum_seq_q", "cu_seqlens_q")
 
 
@@ -70,7 +61,7 @@ def work_fraction(name: str, bound: Mapping[str, Any], node_meta: Mapping[str, A
     query, key = bound.get("query"), bound.get("key")
     if not (is_tensor(query) and is_tensor(key)):
         return ONE
-    dim = 1 if name in _SEQ_DIM_1 else -2
+    dim = 1 if name in BSHD_ATTENTION_OPS else -2  # the sequence dimension
     q_len, k_len = shape_of(query)[dim], shape_of(key)[dim]  # type: ignore[arg-type]
     kept = causal_kept(q_len, k_len, bottom_right=alignment == "bottom_right")
     return kept / (q_len * k_len)

@@ -149,30 +149,23 @@ def _nvidia(
     )
 
 
+_H100 = _nvidia(
+    "h100",
+    half=989.4e12,
+    tf32=494.7e12,
+    fp32=66.9e12,
+    fp64=66.9e12,
+    fp8=1978.9e12,
+    int8=1978.9e12,
+    bandwidth=3.35e12,
+    nvlink=900e9,
+)
+
 PROFILES: Mapping[str, DeviceProfile] = MappingProxyType(
     {
-        "h100": _nvidia(
-            "h100",
-            half=989.4e12,
-            tf32=494.7e12,
-            fp32=66.9e12,
-            fp64=66.9e12,
-            fp8=1978.9e12,
-            int8=1978.9e12,
-            bandwidth=3.35e12,
-            nvlink=900e9,
-        ),
-        "h200": _nvidia(
-            "h200",
-            half=989.4e12,
-            tf32=494.7e12,
-            fp32=66.9e12,
-            fp64=66.9e12,
-            fp8=1978.9e12,
-            int8=1978.9e12,
-            bandwidth=4.8e12,
-            nvlink=900e9,
-        ),
+        "h100": _H100,
+        # The H200 is an H100 die with more, faster HBM: same compute, more bandwidth.
+        "h200": dataclasses.replace(_H100, name="h200", memory_bandwidth=4.8e12),
         "a100": _nvidia(
             "a100",
             half=312e12,

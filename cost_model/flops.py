@@ -34,11 +34,11 @@ from typing import Any
 
 import sympy
 import torch
-from torch.utils import flop_counter
-from torch.utils.flop_counter import flop_registry
 
+from . import torch_internals as ti
 from .hints import SizeHints
-from .kinds import OpKind, base_name, is_op_overload
+from .kinds import OpKind, base_name
+from .op_names import BSHD_ATTENTION_OPS
 from .symbolic import ZERO, is_tensor, numel, shape_of, tensors_in, to_expr
 
 aten = torch.ops.aten
@@ -54,7 +54,7 @@ class Shape(tuple):
 
 
 def _mm(a: Shape, b: Shape) -> sympy.Expr:
-    return flop_counter.mm_flop(a, b)
+    return ti.mm_flop(a, b)
 
 
 def _mv_flop(mat: Shape, vec: Shape, *args: object, **kwargs: object) -> sympy.Expr:
@@ -70,7 +70,7 @@ def _dot_flop(a: Shape, b: Shape, *args: object, **kwargs: object) -> sympy.Expr
 
 
 def _addbmm_flop(bias: Shape, a: Shape, b: Shape, *args: object, **kwargs: object) -> sympy.Expr:
-    return flop_counter.bmm_flop(a, b)
+    return ti.bmm_flop(a, b)
 
 
 def _int_mm_flop(a: Shape, b: Shape, *args: object, **kwargs: object) -> sympy.Expr:
@@ -82,7 +82,7 @@ def _addmm_activation_flop(bias: Shape, a: Shape, b: Shape, *args: object, **kwa
 
 
 def _mkldnn_conv_flop(x: Shape, w: Shape, *args: object, out_val: Shape, **kwargs: object) -> sympy.Expr:
-    return flop_counter.conv_flop_count(x, w, out_val, transposed=False)
+    return ti.conv_flop_count(x, w, out_val, transposed=False)
 
 
 _EXTRA: dict[str, FlopFormula] = {
@@ -95,8 +95,8 @@ _EXTRA: dict[str, FlopFormula] = {
     "_addmm_activation": _addmm_activation_flop,
     "mkldnn_convolution": _mkldnn_conv_flop,
 }
-_SDPA_FWD = flop_registry[aten._scaled_dot_product_flash_attention]
-_SDPA_BWD = flop_registry[aten._scaled_dot_product_flash_attention_backward]
+_SDPA_FWD = ti.flop_registry[aten._scaled_dot_product_flash_attention]
+_SDPA_BWD = ti.flop_registry[aten._scaled_dot_product_flash_attention_backward]
 # Attention ops the registry lacks whose leading arguments are (q, k, v) / (grad_out, q, k, v).
 _PROXY: dict[str, FlopFormula] = {
     "_scaled_dot_product_flash_attention_for_cpu": _SDPA_FWD,
@@ -108,15 +108,6 @@ _PROXY: dict[str, FlopFormula] = {
     "scaled_dot_product_attention": _SDPA_FWD,
     "_scaled_dot_product_attention_math": _SDPA_FWD,
 }
-# Kernels with (batch, seq, heads, dim) inputs when dense.
-_LAYOUT_BSHD = frozenset(
-    {
-        "_flash_attention_forward",
-        "_flash_attention_backward",
-        "_efficient_attention_forward",
-        "_efficient_attention_backward",
-    }
-)
 # Low-level kernels that take jagged (nested) inputs: (offsets arg, max_q arg, max_k arg).
 _NESTED_ARGS: dict[str, tuple[str, str, str]] = {
     "_flash_attention_forward": ("cum_seq_q", "max_q", "max_k"),
@@ -130,10 +121,10 @@ _NESTED_ARGS: dict[str, tuple[str, str, str]] = {
 
 def flop_formula(target: object) -> FlopFormula | None:
     """The formula for ``target``: the registry's, else ours; None if it has none."""
-    key = target.overloadpacket if is_op_overload(target) else target  # type: ignore[attr-defined]
+    key = target.overloadpacket if ti.is_op_overload(target) else target  # type: ignore[attr-defined]
     try:
-        if key in flop_registry:
-            return flop_registry[key]
+        if key in ti.flop_registry:
+            return ti.flop_registry[key]
     except TypeError:  # unhashable target
         return None
     name = base_name(target)
@@ -142,27 +133,16 @@ def flop_formula(target: object) -> FlopFormula | None:
 
 def in_registry(target: object) -> bool:
     """Whether FlopCounterMode counts ``target`` (so our count must equal its count)."""
-    key = target.overloadpacket if is_op_overload(target) else target  # type: ignore[attr-defined]
+    key = target.overloadpacket if ti.is_op_overload(target) else target  # type: ignore[attr-defined]
     try:
-        return key in flop_registry
+        return key in ti.flop_registry
     except TypeError:
         return False
 
 
-def bind_args(target: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Arguments by schema name, defaults filled in ({} for targets without a schema)."""
-    if not is_op_overload(target):
-        return {}
-    bound: dict[str, Any] = {}
-    positional = list(args)
-    for arg in target._schema.arguments:  # type: ignore[attr-defined]
-        if not arg.kwarg_only and positional:
-            bound[arg.name] = positional.pop(0)
-        elif arg.name in kwargs:
-            bound[arg.name] = kwargs[arg.name]
-        elif arg.has_default_value():
-            bound[arg.name] = arg.default_value
-    return bound
+def _at_hints(expr: sympy.Expr, hints: SizeHints | None) -> sympy.Expr:
+    """``expr`` itself, or with ``hints`` its integer value."""
+    return sympy.Integer(hints.evaluate(expr)) if hints is not None else expr
 
 
 def to_formula_args(value: Any, hints: SizeHints | None = None) -> Any:
@@ -172,13 +152,10 @@ def to_formula_args(value: Any, hints: SizeHints | None = None) -> Any:
     formula cannot handle symbolic sizes).
     """
 
-    def conv(expr: sympy.Expr) -> sympy.Expr:
-        return sympy.Integer(hints.evaluate(expr)) if hints is not None else expr
-
     if is_tensor(value):
-        return Shape(conv(s) for s in shape_of(value))
+        return Shape(_at_hints(s, hints) for s in shape_of(value))
     if isinstance(value, torch.SymInt):
-        return conv(to_expr(value))
+        return _at_hints(to_expr(value), hints)
     if isinstance(value, tuple):
         return tuple(to_formula_args(v, hints) for v in value)
     if isinstance(value, list):
@@ -204,22 +181,18 @@ def _low_level_attention_flops(
     if spec is None:
         return None
     backward = name.endswith("backward")
-
-    def at(expr: sympy.Expr) -> sympy.Expr:
-        return sympy.Integer(hints.evaluate(expr)) if hints is not None else expr
-
     q, k, v = (to_formula_args(bound[n], hints) for n in ("query", "key", "value"))
     if is_tensor(bound.get(spec[0])):  # jagged: (total, heads, dim) or (1, total, heads, dim)
-        batch = at(numel(bound[spec[0]])) - 1
-        mq, mk = at(to_expr(bound[spec[1]])), at(to_expr(bound[spec[2]]))
+        batch = _at_hints(numel(bound[spec[0]]), hints) - 1
+        mq, mk = _at_hints(to_expr(bound[spec[1]]), hints), _at_hints(to_expr(bound[spec[2]]), hints)
         q4, k4, v4 = ((batch, t[-2], m, t[-1]) for t, m in ((q, mq), (k, mk), (v, mk)))
-    elif name in _LAYOUT_BSHD:
+    elif name in BSHD_ATTENTION_OPS:
         q4, k4, v4 = ((t[0], t[2], t[1], t[3]) for t in (q, k, v))
     else:
         return None
     if backward:
-        return flop_counter.sdpa_backward_flop_count(q4, q4, k4, v4)
-    return flop_counter.sdpa_flop_count(q4, k4, v4)
+        return ti.sdpa_backward_flop_count(q4, q4, k4, v4)
+    return ti.sdpa_flop_count(q4, k4, v4)
 
 
 def formula_flops(
@@ -233,7 +206,7 @@ def formula_flops(
     formula = flop_formula(target)
     if formula is None:
         return None
-    low_level = _low_level_attention_flops(base_name(target), bind_args(target, args, kwargs), hints)
+    low_level = _low_level_attention_flops(base_name(target), ti.bind_args(target, args, kwargs), hints)
     if low_level is not None:
         return sympy.sympify(low_level)
     f_args = to_formula_args(tuple(args), hints)

@@ -18,8 +18,8 @@ from types import MappingProxyType
 import sympy
 import torch
 from torch import fx
-from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
+from . import torch_internals as ti
 from ._log import log_once
 from .symbolic import flatten_values, is_tensor, to_expr
 
@@ -50,7 +50,7 @@ class SizeHints:
     @classmethod
     def from_shape_env(
         cls,
-        shape_env: ShapeEnv | None,
+        shape_env: ti.ShapeEnv | None,
         symbols: Iterable[sympy.Symbol] = (),
         *,
         unbacked_hint: int = DEFAULT_UNBACKED_HINT,
@@ -58,22 +58,18 @@ class SizeHints:
         """Hints for every backed symbol of ``shape_env`` and for the given (unbacked) ``symbols``."""
         if shape_env is None:
             return cls(unbacked_hint=unbacked_hint)
-        backed = getattr(shape_env, "backed_var_to_val", None)
-        if backed is None:
-            backed = getattr(shape_env, "var_to_val", {})
         values: dict[sympy.Symbol, int] = {}
-        for sym, val in backed.items():
+        for sym, val in ti.backed_values(shape_env).items():
             if isinstance(val, sympy.Integer):  # skip nested ints / float symbols
                 values[sym] = int(val)
-        real = getattr(shape_env, "real_tensor_prop_unbacked_vals", {})
-        ranges = getattr(shape_env, "var_to_range", {})
+        real = ti.real_tensor_values(shape_env)
         for sym in symbols:
             if sym in values:
                 continue
             if sym in real and isinstance(real[sym], sympy.Integer):
                 values[sym] = int(real[sym])
             else:
-                values[sym] = _clamp(unbacked_hint, ranges.get(sym))
+                values[sym] = _clamp(unbacked_hint, *ti.symbol_bounds(shape_env, sym))
         return cls(values, unbacked_hint)
 
     @classmethod
@@ -83,12 +79,12 @@ class SizeHints:
         """Hints for the symbols of a traced graph (static graphs give empty hints)."""
         if isinstance(graph, fx.GraphModule):
             graph = graph.graph
-        shape_env: ShapeEnv | None = None
+        shape_env: ti.ShapeEnv | None = None
         symbols: dict[sympy.Symbol, None] = {}
         for node in graph.nodes:
             for leaf in flatten_values(node.meta.get("val")):
                 if shape_env is None:
-                    shape_env = _shape_env_of(leaf)
+                    shape_env = ti.shape_env_of(leaf)
                 for expr in _exprs_of(leaf):
                     symbols.update(dict.fromkeys(sorted(expr.free_symbols, key=str)))
         return cls.from_shape_env(shape_env, symbols, unbacked_hint=unbacked_hint)
@@ -112,22 +108,13 @@ class SizeHints:
         return int(value)
 
 
-def _clamp(value: int, value_range: object) -> int:
-    """``value`` clamped into a ShapeEnv ``ValueRanges`` (ignored if absent or unbounded)."""
-    lower = getattr(value_range, "lower", None)
-    upper = getattr(value_range, "upper", None)
+def _clamp(value: int, lower: object, upper: object) -> int:
+    """``value`` clamped into a symbol's bounds (each ignored if absent or infinite)."""
     if isinstance(lower, (int, sympy.Integer)) and value < int(lower):
         value = int(lower)
     if isinstance(upper, (int, sympy.Integer)) and value > int(upper):
         value = int(upper)
     return value
-
-
-def _shape_env_of(value: object) -> ShapeEnv | None:
-    if isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool):
-        return getattr(value.node, "shape_env", None)
-    fake_mode = getattr(value, "fake_mode", None)
-    return getattr(fake_mode, "shape_env", None)
 
 
 def _exprs_of(value: object) -> list[sympy.Expr]:

@@ -40,6 +40,7 @@ from .op_names import (
     SYM_OPS,
     VIEW_OPS,
 )
+from .torch_internals import bind_args, is_op_overload, schema_name
 
 
 class OpKind(str, enum.Enum):
@@ -63,11 +64,6 @@ MATRIX_KINDS = frozenset({OpKind.GEMM, OpKind.CONV, OpKind.ATTENTION})
 selective recomputation saves."""
 
 
-def is_op_overload(target: object) -> bool:
-    """An ATen/prims/custom ``OpOverload`` (duck-typed: no private torch import)."""
-    return hasattr(target, "_schema") and hasattr(target, "overloadpacket")
-
-
 def is_higher_order_op(target: object) -> bool:
     """A higher-order operator such as ``torch.ops.higher_order.flex_attention``."""
     return not is_op_overload(target) and getattr(target, "namespace", None) == "higher_order"
@@ -76,7 +72,7 @@ def is_higher_order_op(target: object) -> bool:
 def base_name(target: object) -> str:
     """Name without namespace and overload: ``mm`` for ``aten.mm.default``, ``flex_attention``."""
     if is_op_overload(target):
-        return target._schema.name.split("::", 1)[-1]  # type: ignore[attr-defined]
+        return schema_name(target).split("::", 1)[-1]
     if is_higher_order_op(target):
         return str(target.name())  # type: ignore[attr-defined]
     return str(getattr(target, "__name__", target))
@@ -177,14 +173,5 @@ def draws_fresh_randomness(
 
 
 def _dropout_p(target: object, args: tuple[object, ...], kwargs: dict[str, object]) -> object:
-    """The ``dropout_p`` argument (0.0 when the schema has none or it takes its default)."""
-    if not is_op_overload(target):
-        return 0.0
-    for i, arg in enumerate(target._schema.arguments):  # type: ignore[attr-defined]
-        if arg.name == "dropout_p":
-            if arg.name in kwargs:
-                return kwargs[arg.name]
-            if not arg.kwarg_only and i < len(args):
-                return args[i]
-            return arg.default_value if arg.has_default_value() else 0.0
-    return 0.0
+    """The ``dropout_p`` argument (0.0 when the schema has none, or it has no value)."""
+    return bind_args(target, args, kwargs).get("dropout_p", 0.0)

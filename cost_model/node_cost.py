@@ -33,17 +33,17 @@ from typing import Any
 import sympy
 import torch
 from torch import fx
-from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.fx.node import map_arg
 
 from ._log import log_once
 from .attention import work_fraction
-from .flops import bind_args, elementwise_flops, formula_flops
+from .flops import elementwise_flops, formula_flops
 from .hints import SizeHints
 from .kinds import MATRIX_KINDS, OpKind, base_name, classify, draws_fresh_randomness, op_name
 from .memory import tensor_bytes
 from .op_names import ALLOC_ONLY_OPS, GATHER_OPS, TEMPLATE_OPS
 from .symbolic import ZERO, flatten_values, tensors_in
+from .torch_internals import bind_args, free_unbacked_symbols
 
 logger = logging.getLogger(__name__)
 

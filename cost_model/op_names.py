@@ -38,6 +38,11 @@ ATTENTION_BWD_OPS = _names(
     """
 )
 ATTENTION_OPS = ATTENTION_FWD_OPS | ATTENTION_BWD_OPS
+# Low-level kernels whose dense inputs are (batch, seq, heads, dim); the rest take (b, h, s, d).
+BSHD_ATTENTION_OPS = _names(
+    "_flash_attention_forward _flash_attention_backward _efficient_attention_forward "
+    "_efficient_attention_backward"
+)
 # Reductions and normalisations (and their backward), beyond ``torch.Tag.reduction``.
 REDUCTION_OPS = _names(
     """

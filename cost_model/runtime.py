@@ -15,8 +15,6 @@ FLOP-bound, without per-kind special cases.
 
 from __future__ import annotations
 
-import sympy
-
 from .device import DeviceProfile, get_profile
 from .hints import SizeHints
 from .kinds import MATRIX_KINDS, OpKind
@@ -64,8 +62,3 @@ def _concrete(cost: NodeCost | ConcreteCost, hints: SizeHints | None) -> Concret
             raise ValueError(f"{cost.op}: cost depends on shape symbols {names}; pass SizeHints")
         hints = SizeHints.static()
     return cost.evaluate(hints)
-
-
-def is_static(expr: sympy.Expr) -> bool:
-    """Whether an expression has no shape symbols."""
-    return not sympy.sympify(expr).free_symbols

@@ -12,6 +12,8 @@ from collections.abc import Iterable
 import sympy
 import torch
 
+from .torch_internals import sym_expr
+
 ZERO = sympy.Integer(0)
 ONE = sympy.Integer(1)
 
@@ -19,7 +21,7 @@ ONE = sympy.Integer(1)
 def to_expr(value: object) -> sympy.Expr:
     """A sympy expression for an int-like ``value`` (int, SymInt, sympy expr)."""
     if isinstance(value, torch.SymInt):
-        return sympy.sympify(value.node.expr)
+        return sym_expr(value)
     if isinstance(value, bool):
         return sympy.Integer(int(value))
     if isinstance(value, int):

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import fx
 
+from benchmarks.models import model_cases
 from recompute_pass import torch_internals as ti
+
+REFERENCE_BATCH = 4
 
 
 @dataclass(frozen=True)
@@ -50,8 +54,19 @@ def capture_joints(
     return captured
 
 
-def capture_joint_graphs(
-    model: torch.nn.Module, inputs: Sequence[torch.Tensor], *, dynamic: bool = False
-) -> list[fx.GraphModule]:
-    """Just the graph modules of ``capture_joints``."""
-    return [c.module for c in capture_joints(model, inputs, dynamic=dynamic)]
+def reference_joints(name: str, *, dynamic: bool = False) -> tuple[CapturedJoint, ...]:
+    """The joints of ``benchmarks.models.model_cases()[name]`` at ``REFERENCE_BATCH``.
+
+    Captured once per session and shared by the test files: read them, and partition a
+    ``copy()``, never the captured module itself.
+    """
+    return _reference_joints(name, bool(dynamic))
+
+
+@functools.cache
+def _reference_joints(name: str, dynamic: bool) -> tuple[CapturedJoint, ...]:
+    case = model_cases()[name]
+    torch.manual_seed(0)
+    model = case.build()
+    torch.manual_seed(1)
+    return tuple(capture_joints(model, case.inputs(REFERENCE_BATCH), dynamic=dynamic))

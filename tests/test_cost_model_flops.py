@@ -10,12 +10,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.fx.experimental.proxy_tensor import make_fx
-from torch.utils.flop_counter import flop_registry
 
 from cost_model import OpKind, SizeHints, node_cost
 from cost_model.flops import in_registry
 from cost_model.kinds import base_name
-from tests.test_cost_model_support import (
+from cost_model.torch_internals import flop_registry
+from tests.cost_model_support import (
     MODELS,
     call_nodes,
     counted_flops,
@@ -367,3 +367,26 @@ def test_gemms_beyond_the_registry(fn, shapes: list[tuple[int, ...]], expected: 
     matrix = [c for c in costs if c.kind in (OpKind.GEMM, OpKind.CONV)]
     assert len(matrix) == 1 and matrix[0].known
     assert matrix[0].flops == expected
+
+
+# -- the shared helpers themselves (tests/cost_model_support.py) -------------------------
+
+
+def test_materialize_keeps_layout() -> None:
+    gm = joint_graphs("cnn", False)[0]
+    hints = SizeHints.from_graph(gm)
+    for node in call_nodes(gm):
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            real = materialize(val, hints)
+            assert tuple(real.shape) == tuple(val.shape)
+            assert real.stride() == val.stride()
+            assert real.dtype == val.dtype
+
+
+def test_joint_graphs_have_tangents_and_shapes() -> None:
+    for name in MODELS:
+        (gm,) = joint_graphs(name, False)
+        placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+        assert any(p.startswith("primals") for p in placeholders)
+        assert any(p.startswith("tangents") for p in placeholders)

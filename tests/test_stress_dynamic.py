@@ -11,8 +11,6 @@ Documented behaviour on a call with new sizes:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import sympy
 import torch
@@ -23,7 +21,6 @@ from benchmarks.measure import saved_activation_bytes
 from benchmarks.models import model_cases
 from cost_model import SizeHints, tensor_bytes
 from recompute_pass import capture_reports, recompute_eager_backend
-from recompute_pass import torch_internals as ti
 from recompute_pass.costing import build_problem, resolve_device
 from recompute_pass.joint_graph import analyze
 from recompute_pass.options import RecomputeOptions
@@ -34,10 +31,7 @@ from tests.stress_support import assert_same_run, assert_valid, run_steps, spy_p
 CASES = model_cases(layers=1, dim=32, seq=16)
 
 
-@pytest.fixture(autouse=True)
-def _same_rng_as_eager() -> Iterator[None]:
-    with ti.inductor_config.patch(fallback_random=True):
-        yield
+pytestmark = pytest.mark.usefixtures("fallback_random")  # conftest: compiled dropout draws eager's masks
 
 
 def _mlp() -> nn.Module:

@@ -42,10 +42,7 @@ PRECISIONS = ["fp32", "bf16"]
 SYMBOL = re.compile(r"\b[su]\d+\b")  # a shape symbol in a report's shape string
 
 
-@pytest.fixture(autouse=True)
-def _same_rng_as_eager() -> Iterator[None]:
-    with ti.inductor_config.patch(fallback_random=True):
-        yield
+pytestmark = pytest.mark.usefixtures("fallback_random")  # conftest: compiled dropout draws eager's masks
 
 
 @contextlib.contextmanager

@@ -13,8 +13,6 @@ the second step would differ too.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -56,14 +54,8 @@ def _model() -> nn.Module:
     return RandomMLP()
 
 
-@pytest.fixture
-def eager_rng() -> Iterator[None]:
-    with ti.inductor_config.patch(fallback_random=True):
-        yield
-
-
 @pytest.mark.parametrize("budget", BUDGETS)
-def test_every_draw_matches_eager_at_every_budget(budget: float, eager_rng: None) -> None:
+def test_every_draw_matches_eager_at_every_budget(budget: float, fallback_random: None) -> None:
     expected = run_steps(_model(), _inputs(), steps=2)
     backend = recompute_eager_backend.with_options(memory_budget=budget, fallback=False)
     with spy_partitions() as spy:
@@ -78,7 +70,7 @@ def test_every_draw_matches_eager_at_every_budget(budget: float, eager_rng: None
 
 
 @pytest.mark.parametrize("solver", ["mincut", "no_recompute", "recompute_all", "selective"])
-def test_fixed_policies_never_redraw(solver: str, eager_rng: None) -> None:
+def test_fixed_policies_never_redraw(solver: str, fallback_random: None) -> None:
     """``recompute_all`` wants to recompute everything: the draws must still be saved."""
     case = model_cases(layers=1, dim=32, seq=16)["gpt_block"]
     torch.manual_seed(0)

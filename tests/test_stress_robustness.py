@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +41,7 @@ _real_milp = scipy.optimize.milp
 PYTORCH_FAST_PATH = ti.eager_aot_backend(ti.min_cut_rematerialization_partition)
 
 
-@pytest.fixture(autouse=True)
-def _same_rng_as_eager() -> Iterator[None]:
-    with ti.inductor_config.patch(fallback_random=True):
-        yield
+pytestmark = pytest.mark.usefixtures("fallback_random")  # conftest: compiled dropout draws eager's masks
 
 
 def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -189,10 +189,7 @@ CASES: dict[str, tuple[Callable[[], nn.Module], Callable[[], list[torch.Tensor]]
 GRAPHS = {"graph_break": 2}  # compiled graphs per step where not 1
 
 
-@pytest.fixture(autouse=True)
-def _same_rng_as_eager() -> Iterator[None]:
-    with ti.inductor_config.patch(fallback_random=True):
-        yield
+pytestmark = pytest.mark.usefixtures("fallback_random")  # conftest: compiled dropout draws eager's masks
 
 
 def _build(name: str) -> tuple[nn.Module, list[torch.Tensor], Any]:

@@ -8,28 +8,13 @@ the expensive work (matmuls, convolutions, attention). The benchmark reports bot
 
 from __future__ import annotations
 
-import functools
-
 import pytest
-import torch
 
-from benchmarks.models import model_cases
 from benchmarks.partition_stats import PartitionStats, graph_stats
 from recompute_pass import torch_internals as ti
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.partitioner import partition
-from tests.joint_graphs import CapturedJoint, capture_joints
-
-CASES = model_cases()
-
-
-@functools.cache
-def joint(name: str) -> CapturedJoint:
-    torch.manual_seed(0)
-    model = CASES[name].build()
-    torch.manual_seed(1)
-    (captured,) = capture_joints(model, CASES[name].inputs(4))
-    return captured
+from tests.joint_graphs import CapturedJoint, reference_joints
 
 
 def _stats(captured: CapturedJoint, forward, backward) -> PartitionStats:
@@ -40,7 +25,7 @@ def _stats(captured: CapturedJoint, forward, backward) -> PartitionStats:
 
 @pytest.mark.parametrize("name", ["mlp", "gpt_block", "llama_block", "cnn", "gpt", "llama"])
 def test_budget_one_saves_no_more_and_repeats_no_more_expensive_work(name: str) -> None:
-    captured = joint(name)
+    (captured,) = reference_joints(name)
     kwargs = {
         "num_fwd_outputs": captured.num_fwd_outputs,
         "static_lifetime_input_indices": list(captured.static_lifetime_input_indices),

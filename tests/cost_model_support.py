@@ -1,12 +1,11 @@
-"""Shared helpers for the cost-model tests: cached joint graphs and FLOP references.
+"""Shared helpers for the cost-model tests: reference joint graphs and FLOP references.
 
-Named ``test_cost_model_*`` so it stays within the cost model's test files; it holds a
-couple of sanity tests of the helpers themselves.
+A helper module, not collected by pytest; ``tests/test_cost_model_flops.py`` tests the
+helpers themselves.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -15,21 +14,16 @@ from torch import fx
 from torch.fx.node import map_arg
 from torch.utils.flop_counter import FlopCounterMode
 
-from benchmarks.models import model_cases
 from cost_model import SizeHints
 from cost_model.symbolic import to_expr
-from tests.joint_graphs import capture_joint_graphs
+from tests.joint_graphs import reference_joints
 
 MODELS = ("mlp", "cnn", "gpt_block", "llama_block")
-BATCH = 4
 
 
-@functools.cache
 def joint_graphs(name: str, dynamic: bool) -> tuple[fx.GraphModule, ...]:
-    """The joint graphs of a reference model (captured once per session)."""
-    torch.manual_seed(0)
-    case = model_cases()[name]
-    return tuple(capture_joint_graphs(case.build(), case.inputs(BATCH), dynamic=dynamic))
+    """The joint graphs of a reference model (``reference_joints``: captured once, shared)."""
+    return tuple(joint.module for joint in reference_joints(name, dynamic=dynamic))
 
 
 def call_nodes(gm: fx.GraphModule) -> list[fx.Node]:
@@ -80,23 +74,3 @@ def fake_flops(node: fx.Node) -> int:
     fake_mode = next(v.fake_mode for v in args if isinstance(v, torch.Tensor))
     with fake_mode:
         return counted_flops(node.target, *args, **kwargs)
-
-
-def test_materialize_keeps_layout() -> None:
-    gm = joint_graphs("cnn", False)[0]
-    hints = SizeHints.from_graph(gm)
-    for node in call_nodes(gm):
-        val = node.meta.get("val")
-        if isinstance(val, torch.Tensor):
-            real = materialize(val, hints)
-            assert tuple(real.shape) == tuple(val.shape)
-            assert real.stride() == val.stride()
-            assert real.dtype == val.dtype
-
-
-def test_joint_graphs_have_tangents_and_shapes() -> None:
-    for name in MODELS:
-        (gm,) = joint_graphs(name, False)
-        placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-        assert any(p.startswith("primals") for p in placeholders)
-        assert any(p.startswith("tangents") for p in placeholders)

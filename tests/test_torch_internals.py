@@ -1,0 +1,119 @@
+"""Every private PyTorch name we use still exists and still works.
+
+``recompute_pass/torch_internals.py`` and ``cost_model/torch_internals.py`` are each
+package's one door to torch internals; after a torch upgrade this file says which name
+moved, before any partition test fails for a reason that is hard to read.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping
+from types import ModuleType
+
+import pytest
+import sympy
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import cost_model.torch_internals as cost_ti
+import recompute_pass.torch_internals as pass_ti
+
+aten = torch.ops.aten
+# Settings the project reads or patches (a config rejects names it does not know).
+CONFIG_SETTINGS = {
+    "functorch_config": (
+        "activation_memory_budget",
+        "cse",
+        "enable_autograd_cache",
+        "unsafe_allow_optimization_of_collectives",
+    ),
+    "inductor_config": ("custom_partitioner_fn", "fallback_random", "force_disable_caches", "fx_graph_cache"),
+}
+NOT_CALLABLE = {(cost_ti, "flop_registry")}
+
+
+def _exported() -> list[tuple[ModuleType, str]]:
+    return [(module, name) for module in (pass_ti, cost_ti) for name in module.__all__]
+
+
+@pytest.mark.parametrize(
+    ("module", "name"), _exported(), ids=[f"{m.__name__.split('.')[0]}.{n}" for m, n in _exported()]
+)
+def test_every_exported_name_resolves(module: ModuleType, name: str) -> None:
+    obj = getattr(module, name)
+    if name in CONFIG_SETTINGS:
+        for setting in CONFIG_SETTINGS[name]:
+            assert hasattr(obj, setting), f"{name}.{setting}"
+        assert callable(obj.patch)
+    elif (module, name) in NOT_CALLABLE:
+        assert obj is not None
+    else:
+        assert callable(obj), name
+
+
+def test_classes_are_classes() -> None:
+    for cls in (pass_ti.CustomPartitionerFn, pass_ti.HigherOrderOperator, cost_ti.ShapeEnv):
+        assert isinstance(cls, type)
+    assert isinstance(torch.ops.higher_order.cond, pass_ti.HigherOrderOperator)
+    assert callable(pass_ti.eager_aot_backend(pass_ti.default_partition))
+
+
+# -- cost_model: each accessor gives what the cost model expects ---------------------------
+
+
+def test_operator_schemas() -> None:
+    assert cost_ti.is_op_overload(aten.mm.default)
+    assert not cost_ti.is_op_overload(aten.mm)  # the packet
+    assert not cost_ti.is_op_overload(operator.add)
+    assert cost_ti.schema_name(aten.mm.default) == "aten::mm"
+    assert cost_ti.bind_args(aten.add.Tensor, (1, 2), {}) == {"self": 1, "other": 2, "alpha": 1}
+    assert cost_ti.bind_args(aten.add.Tensor, (1,), {"other": 2, "alpha": 3}) == {
+        "self": 1,
+        "other": 2,
+        "alpha": 3,
+    }
+    assert cost_ti.bind_args(operator.add, (1, 2), {}) == {}
+
+
+def test_backed_symbols() -> None:
+    gm = make_fx(lambda x: x * 2, tracing_mode="symbolic")(torch.randn(3, 4))
+    val = next(n for n in gm.graph.nodes if n.op == "placeholder").meta["val"]
+    shape_env = cost_ti.shape_env_of(val)
+    assert isinstance(shape_env, cost_ti.ShapeEnv)
+    assert cost_ti.shape_env_of(val.shape[0]) is shape_env
+    rows, cols = (cost_ti.sym_expr(s) for s in val.shape)
+    assert isinstance(rows, sympy.Symbol) and isinstance(cols, sympy.Symbol)
+    backed = cost_ti.backed_values(shape_env)
+    assert isinstance(backed, Mapping) and backed[rows] == 3 and backed[cols] == 4
+    assert cost_ti.shape_env_of(torch.randn(2)) is None
+    assert cost_ti.shape_env_of(3) is None
+
+
+def test_unbacked_symbols() -> None:
+    gm = make_fx(lambda x: torch.nonzero(x), tracing_mode="symbolic")(torch.randn(4, 4))
+    val = next(n for n in gm.graph.nodes if n.op == "call_function").meta["val"]
+    shape_env = cost_ti.shape_env_of(val)
+    (unbacked,) = cost_ti.free_unbacked_symbols(val)
+    assert cost_ti.sym_expr(val.shape[0]) == unbacked
+    assert unbacked not in cost_ti.backed_values(shape_env)
+    # The readers default to empty tables: check the tables themselves are still there.
+    assert hasattr(shape_env, "real_tensor_prop_unbacked_vals") and hasattr(shape_env, "var_to_range")
+    assert isinstance(cost_ti.real_tensor_values(shape_env), Mapping)
+    lower, upper = cost_ti.symbol_bounds(shape_env, unbacked)
+    assert lower == 0 and isinstance(upper, int | sympy.Integer) and upper > 4096
+    assert cost_ti.symbol_bounds(shape_env, sympy.Symbol("nowhere")) == (None, None)
+
+
+def test_flop_formulas() -> None:
+    assert aten.mm in cost_ti.flop_registry
+    assert aten._scaled_dot_product_flash_attention in cost_ti.flop_registry
+    assert cost_ti.mm_flop((2, 3), (3, 4)) == 2 * 2 * 3 * 4
+    assert cost_ti.bmm_flop((5, 2, 3), (5, 3, 4)) == 5 * 2 * 2 * 3 * 4
+    out = (1, 4, 6, 6)
+    assert cost_ti.conv_flop_count((1, 3, 8, 8), (4, 3, 3, 3), out, transposed=False) == 2 * 144 * 27
+    q = (2, 4, 16, 8)  # (batch, heads, seq, dim)
+    assert cost_ti.sdpa_flop_count(q, q, q) == 4 * 2 * 4 * 16 * 16 * 8
+    assert cost_ti.sdpa_backward_flop_count(q, q, q, q) > cost_ti.sdpa_flop_count(q, q, q)
+    x = sympy.Symbol("s0", positive=True, integer=True)  # symbolic sizes give expressions
+    assert cost_ti.mm_flop((x, 3), (3, 4)) == 24 * x
