@@ -42,14 +42,19 @@ _DEFAULT_GPU_PROFILE = "h100"
 
 @dataclass(frozen=True)
 class Costed:
-    """The problem plus what the report needs to describe each item."""
+    """The problem plus what the report needs to describe each item.
+
+    Items are the joint graph's candidates, in order, followed by one generator-state item
+    per replayable random draw (``rng_states``): recomputing the draw needs its state saved.
+    """
 
     problem: Problem
     joint: JointGraph
-    costs: tuple[NodeCost, ...]  # per item
-    flops: tuple[int, ...]  # per item, at the size hints
+    costs: tuple[NodeCost, ...]  # per candidate
+    flops: tuple[int, ...]  # per candidate, at the size hints
     hints: SizeHints
     device: DeviceProfile
+    rng_states: dict[int, int]  # generator-state item -> the candidate whose draw it replays
 
 
 def resolve_device(device: str | DeviceProfile, joint: JointGraph) -> DeviceProfile:
@@ -85,9 +90,11 @@ def build_problem(joint: JointGraph, device: DeviceProfile) -> Costed:
     needed = frozenset(index[n] for n in joint.needed)
     bandwidth = device.memory_bandwidth
     items: list[Item] = []
+    states: list[Item] = []
+    rng_states: dict[int, int] = {}
     costs: list[NodeCost] = []
     flops: list[int] = []
-    for candidate in joint.candidates:
+    for k, candidate in enumerate(joint.candidates):
         node, cost = candidate.node, candidate.cost
         concrete = cost.evaluate(hints)
         costs.append(cost)
@@ -102,13 +109,19 @@ def build_problem(joint: JointGraph, device: DeviceProfile) -> Costed:
         if fused and any(node_cost(user).kind not in FUSIBLE for user in joint.backward_users.get(node, ())):
             compute += concrete.bytes_out / bandwidth
         save = size / bandwidth + (0.0 if candidate.forward else compute)
+        inputs = tuple(index[n] for n in candidate.inputs)
+        if candidate.rng_state_bytes is not None and candidate.can_recompute:
+            state = len(joint.candidates) + len(states)
+            rng_states[state] = k
+            states.append(_rng_state_item(node.name, candidate.rng_state_bytes, bandwidth))
+            inputs += (state,)
         items.append(
             Item(
                 name=node.name,
                 size=size,
                 save_cost=save,
                 recompute_cost=compute,
-                inputs=tuple(index[n] for n in candidate.inputs),
+                inputs=inputs,
                 can_save=candidate.can_save,
                 can_recompute=candidate.can_recompute,
                 is_forward=candidate.forward,
@@ -116,4 +129,18 @@ def build_problem(joint: JointGraph, device: DeviceProfile) -> Costed:
                 selects_output=node.target is operator.getitem,
             )
         )
-    return Costed(Problem(tuple(items), needed), joint, tuple(costs), tuple(flops), hints, device)
+    problem = Problem((*items, *states), needed)
+    return Costed(problem, joint, tuple(costs), tuple(flops), hints, device, rng_states)
+
+
+def _rng_state_item(name: str, size: int, bandwidth: float) -> Item:
+    """The generator state saved before a random draw: the one way to replay it in backward."""
+    return Item(
+        name=f"{name}.rng_state",
+        size=size,
+        save_cost=size / bandwidth,
+        recompute_cost=0.0,
+        inputs=(),
+        can_save=True,
+        can_recompute=False,
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from torch import fx
+from torch.utils.checkpoint import CheckpointPolicy
 
 from recompute_pass import torch_internals as ti
 from recompute_pass.joint_graph import JointGraph
@@ -22,9 +23,13 @@ class Partition:
     backward: fx.GraphModule
     saved: tuple[str, ...]  # node names, in forward output order (tensors then SymInts)
     recomputed: tuple[str, ...]  # forward node names the backward graph recomputes
+    replayed: tuple[str, ...]  # recomputed random draws, replayed from saved generator state
 
 
-def extract(joint: JointGraph, saved: list[fx.Node], recomputed: set[fx.Node]) -> Partition:
+def extract(
+    joint: JointGraph, saved: list[fx.Node], recomputed: set[fx.Node], replayed: list[fx.Node]
+) -> Partition:
+    """``replayed``: the recomputed random draws, each replayed from its saved generator state."""
     saved_sym = [n for n in saved if ti.is_sym_node(n)]
     saved_tensors = [n for n in saved if not ti.is_sym_node(n)]
     # PyTorch's extraction mutates both lists (drops unused, adds SymInt bindings).
@@ -35,11 +40,11 @@ def extract(joint: JointGraph, saved: list[fx.Node], recomputed: set[fx.Node]) -
         num_fwd_outputs=joint.num_fwd_outputs,
         static_lifetime_input_nodes=joint.node_info.static_lifetime_input_nodes,
     )
-    backward = ti.reordering_to_mimic_autograd_engine(backward)
-    forward = ti.raise_getitems(forward)
-    backward = ti.raise_getitems(backward)
-    forward = ti.thread_graphsafe_rng_from_hops(forward, is_backward=False)
-    backward = ti.thread_graphsafe_rng_from_hops(backward, is_backward=True)
+    # Extraction copies every joint node whose inputs backward has; a random one nobody
+    # uses survives the default DCE (drawing counts as an effect) and would advance the
+    # generator in backward. Drop it: no draw in backward that the plan did not ask for.
+    backward.graph.eliminate_dead_code(is_impure_node=lambda n: n.is_impure(impure_random=False))
+    backward.recompile()
 
     forward_names = {c.node.name for c in joint.candidates if c.forward}
     in_backward = {n.name for n in backward.graph.nodes if n.op == "call_function"}
@@ -50,9 +55,45 @@ def extract(joint: JointGraph, saved: list[fx.Node], recomputed: set[fx.Node]) -
             "extracted backward disagrees with the plan: recomputes "
             f"{sorted(actual - expected)[:5]} unplanned, misses {sorted(expected - actual)[:5]}"
         )
+    if replayed:
+        forward, backward = _replay_rng(joint, forward, backward, replayed, len(saved_sym))
+    _check_no_fresh_draw(joint, backward)
+
+    backward = ti.reordering_to_mimic_autograd_engine(backward)
+    forward = ti.raise_getitems(forward)
+    backward = ti.raise_getitems(backward)
+    forward = ti.thread_graphsafe_rng_from_hops(forward, is_backward=False)
+    backward = ti.thread_graphsafe_rng_from_hops(backward, is_backward=True)
     return Partition(
         forward=forward,
         backward=backward,
         saved=tuple(n.name for n in (*saved_tensors, *saved_sym)),
         recomputed=tuple(n.name for n in joint.module.graph.nodes if n.name in actual),
+        replayed=tuple(n.name for n in replayed),
     )
+
+
+def _replay_rng(
+    joint: JointGraph,
+    forward: fx.GraphModule,
+    backward: fx.GraphModule,
+    replayed: list[fx.Node],
+    num_saved_sym: int,
+) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """Forward draws through ``run_and_save_rng_state`` and outputs the state; backward
+    redraws through ``run_with_rng_state`` from it: the same values, bit for bit.
+
+    PyTorch's pass does this for draws tagged for recomputation; we tag exactly the planned
+    ones (and only those: a region's draw the plan saves keeps its tag but is not in backward).
+    """
+    for node in replayed:
+        node.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+    return ti.functionalize_rng_ops(joint.module, forward, backward, num_saved_sym)
+
+
+def _check_no_fresh_draw(joint: JointGraph, backward: fx.GraphModule) -> None:
+    """A forward draw repeated in backward without its state would draw a different mask."""
+    forward_draws = {c.node.name for c in joint.candidates if c.forward and c.cost.is_random}
+    fresh = [n.name for n in backward.graph.nodes if n.op == "call_function" and n.name in forward_draws]
+    if fresh:
+        raise RuntimeError(f"backward would redraw forward random values without their state: {fresh[:5]}")

@@ -19,6 +19,7 @@ from torch.utils.checkpoint import CheckpointPolicy
 
 from cost_model import NodeCost, OpKind, classify, node_cost
 from recompute_pass import torch_internals as ti
+from recompute_pass.problem import find_rebuildable
 
 _SAVE_POLICIES = (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE)
 _RECOMPUTE_POLICIES = (CheckpointPolicy.MUST_RECOMPUTE, CheckpointPolicy.PREFER_RECOMPUTE)
@@ -37,6 +38,9 @@ class Candidate:
     can_save: bool
     can_recompute: bool
     reason: str  # why saving or recomputing is ruled out ("" when both are allowed)
+    # A random draw recomputed by replaying the generator state saved before it (``None``
+    # when not random): the state's bytes are what recomputing it costs in memory.
+    rng_state_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,13 @@ class JointGraph:
     candidates: tuple[Candidate, ...]  # graph order
     needed: frozenset[fx.Node]  # candidates backward reads
     backward_users: dict[fx.Node, tuple[fx.Node, ...]]  # candidate -> its backward-only users
+    # ``torch.autograd.graph.region_activation_memory_budget`` over the whole forward, if set.
+    region_budget: float | None = None
+
+
+class RegionBudgetError(RuntimeError):
+    """``region_activation_memory_budget`` used in a way PyTorch rejects: a user error, raised
+    even when ``fallback`` is on (PyTorch's partitioner would raise it too)."""
 
 
 def prepare(module: fx.GraphModule) -> None:
@@ -71,9 +82,7 @@ def analyze(
     backward = {n for n in info.required_bw_nodes if not info.is_required_fw(n)}
     static = set(info.static_lifetime_input_nodes)
 
-    candidates: list[Candidate] = []
-    by_node: dict[fx.Node, Candidate] = {}
-    obtainable: dict[fx.Node, bool] = {}  # saved or rebuilt: backward can have it
+    by_node: dict[fx.Node, Candidate] = {}  # graph order
     for node in module.graph.nodes:
         is_input = ti.is_primal(node) or ti.is_fwd_seed_offset(node)
         if (
@@ -83,11 +92,14 @@ def analyze(
         ):
             continue
         inputs = tuple(dict.fromkeys(n for n in node.all_input_nodes if n in by_node))
-        candidate = _candidate(node, inputs, forward=info.is_required_fw(node), static=node in static)
-        candidate = _apply_recompute_policy(candidate, obtainable)
-        candidates.append(candidate)
-        by_node[node] = candidate
-        obtainable[node] = candidate.can_save or _rebuildable(candidate, obtainable)
+        by_node[node] = _candidate(node, inputs, forward=info.is_required_fw(node), static=node in static)
+    # Forbidding saving a rebuildable value leaves what backward can have unchanged, so the
+    # region's tags may be applied after the walk.
+    rebuildable = find_rebuildable(by_node)
+    checkpointed = _checkpointed(by_node)
+    candidates = tuple(
+        _forbid_saving(c, c.node in rebuildable) if c.node in checkpointed else c for c in by_node.values()
+    )
 
     backward_users: dict[fx.Node, list[fx.Node]] = {}
     for node in module.graph.nodes:
@@ -101,10 +113,47 @@ def analyze(
         module=module,
         node_info=info,
         num_fwd_outputs=num_fwd_outputs,
-        candidates=tuple(candidates),
+        candidates=candidates,
         needed=frozenset(needed),
         backward_users={k: tuple(v) for k, v in backward_users.items()},
+        region_budget=_region_budget(module, info),
     )
+
+
+def _region_budget(module: fx.GraphModule, info: object) -> float | None:
+    """The graph's region budget, validated as PyTorch's partitioner validates it.
+
+    Torch 2.13 applies one budget per joint graph: every annotated node must agree, and the
+    annotation must cover every forward op, higher-order op bodies included (separate
+    budgets take a graph break). We raise the same errors rather than guess a meaning.
+    """
+    budgets: set[float] = set()
+    unannotated: list[str] = []
+    for graph_module in module.modules():
+        if not isinstance(graph_module, fx.GraphModule):
+            continue
+        top = graph_module is module
+        for node in graph_module.graph.nodes:
+            budget = ti.region_memory_budget(node)
+            if budget is not None:
+                budgets.add(budget)
+            elif node.op == "call_function" and (not top or info.is_required_fw(node)):
+                unannotated.append(node.name)
+    if not budgets:
+        return None
+    prefix = "torch.autograd.graph.region_activation_memory_budget"
+    if len(budgets) > 1:
+        raise RegionBudgetError(
+            f"{prefix}: conflicting budgets within a single joint graph (including nested subgraphs): "
+            f"{sorted(budgets)}. Use a graph break to separate regions that need different budgets."
+        )
+    if unannotated:
+        raise RegionBudgetError(
+            f"{prefix}: must cover the entire forward of a graph (including HOP bodies), but "
+            f"{len(unannotated)} forward op(s) are unannotated: {unannotated[:10]}. Wrap the whole "
+            "forward in one region; use a graph break to scope different budgets to different graphs."
+        )
+    return budgets.pop()
 
 
 def _policy(node: fx.Node) -> object:
@@ -149,15 +198,19 @@ def _candidate(node: fx.Node, inputs: tuple[fx.Node, ...], *, forward: bool, sta
         reasons.append("must run in backward")
 
     can_recompute = True
+    rng_state_bytes = None
     # Randomness is the cost model's call: it knows attention draws only with dropout.
-    if cost.is_random:  # a second draw would differ: wrong gradients
-        can_recompute = False
-        reasons.append("random")
+    if cost.is_random:
+        # A second draw differs (wrong gradients) unless it replays the saved generator state.
+        rng_state_bytes = ti.replayable_rng_state_bytes(node)
+        if rng_state_bytes is None:
+            can_recompute = False
+            reasons.append("random, not replayable")
     elif isinstance(node.target, ti.HigherOrderOperator):
         can_recompute = False
         reasons.append("higher-order op")
-    elif kind == OpKind.UNKNOWN:  # a custom op may have effects the schema does not show
-        can_recompute = False
+    elif kind == OpKind.UNKNOWN and not ti.is_functional_op(node.target):
+        can_recompute = False  # not proven pure: the op may have effects its schema hides
         reasons.append("unknown op")
     elif node.is_impure(impure_random=False) or ti.must_be_in_forward(node):
         can_recompute = False
@@ -167,21 +220,30 @@ def _candidate(node: fx.Node, inputs: tuple[fx.Node, ...], *, forward: bool, sta
     if policy in _SAVE_POLICIES and can_save and can_recompute:
         can_recompute = False
         reasons.append(f"{policy.name}")
-    return Candidate(node, cost, inputs, forward, False, can_save, can_recompute, ", ".join(reasons))
+    return Candidate(
+        node, cost, inputs, forward, False, can_save, can_recompute, ", ".join(reasons), rng_state_bytes
+    )
 
 
-def _rebuildable(candidate: Candidate, obtainable: dict[fx.Node, bool]) -> bool:
-    """Whether backward can recompute the value from values it can have (graph order:
-    every input was decided before its users)."""
-    return candidate.can_recompute and all(obtainable[n] for n in candidate.inputs)
+def _checkpointed(by_node: dict[fx.Node, Candidate]) -> set[fx.Node]:
+    """A checkpointed region's values (tagged MUST/PREFER_RECOMPUTE by ``torch.utils.checkpoint``)
+    and the backward-only values computed from them (graph order: inputs come first)."""
+    region: set[fx.Node] = set()
+    for node, candidate in by_node.items():
+        if _policy(node) in _RECOMPUTE_POLICIES or (
+            not candidate.forward and any(n in region for n in candidate.inputs)
+        ):
+            region.add(node)
+    return region
 
 
-def _apply_recompute_policy(candidate: Candidate, obtainable: dict[fx.Node, bool]) -> Candidate:
-    """A MUST/PREFER_RECOMPUTE tag (``torch.utils.checkpoint``) forbids saving the value,
-    unless backward could not rebuild it then: a value downstream of a random draw (dropout
-    in a checkpointed region) is never recomputed here, so it must stay savable."""
-    policy = _policy(candidate.node)
-    if policy not in _RECOMPUTE_POLICIES or not candidate.can_save or not _rebuildable(candidate, obtainable):
+def _forbid_saving(candidate: Candidate, rebuildable: bool) -> Candidate:
+    """A checkpointed region's value may not be saved: the user asked for the region's memory
+    back. Unless backward could not rebuild it then: a value downstream of a random draw
+    that cannot be replayed must stay savable."""
+    if not candidate.can_save or not rebuildable:
         return candidate
-    reason = ", ".join(r for r in (candidate.reason, policy.name) if r)
+    policy = _policy(candidate.node)
+    tag = policy.name if policy in _RECOMPUTE_POLICIES else "derived from a checkpointed region"
+    reason = ", ".join(r for r in (candidate.reason, tag) if r)
     return dataclasses.replace(candidate, can_save=False, reason=reason)

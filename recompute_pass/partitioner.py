@@ -16,7 +16,7 @@ from torch import fx
 from recompute_pass import torch_internals as ti
 from recompute_pass.costing import build_problem, resolve_device
 from recompute_pass.extraction import extract
-from recompute_pass.joint_graph import analyze, prepare
+from recompute_pass.joint_graph import RegionBudgetError, analyze, prepare
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.report import PartitionReport, build_report, publish
 from recompute_pass.solve import decide
@@ -46,7 +46,19 @@ def charged_static_inputs(module: fx.GraphModule, static: Sequence[int], compile
         return list(static)
     primals = [n for n in module.graph.nodes if ti.is_primal(n)]
     weights = {n.args[1] for n in module.graph.nodes if n.target is torch.ops.aten.convolution.default}
-    return [i for i in static if primals[i] not in weights]
+    return [i for i in static if primals[i] not in weights or not _copied_to_channels_last(primals[i])]
+
+
+def _copied_to_channels_last(weight: fx.Node) -> bool:
+    """Inductor converts 2-D convolution weights (4-D tensors) with ``require_channels_last``,
+    which copies only a weight not already channels-last: depthwise ([C, 1, k, k]) and 1x1
+    weights are, since strides of size-1 dimensions do not matter."""
+    val = weight.meta.get("val")
+    return (
+        isinstance(val, torch.Tensor)
+        and val.dim() == 4
+        and not val.is_contiguous(memory_format=torch.channels_last)
+    )
 
 
 def partition(
@@ -62,12 +74,16 @@ def partition(
     prepare(module)
     static = charged_static_inputs(module, static_lifetime_input_indices, compiler)
     joint = analyze(module, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=static)
+    if joint.region_budget is not None:  # the user's word for this graph overrides the global one
+        options = options.replace(memory_budget=joint.region_budget, memory_budget_bytes=None)
     costed = build_problem(joint, resolve_device(options.device, joint))
     decision = decide(costed.problem, options)
     candidates = joint.candidates
-    saved = [candidates[i].node for i in sorted(decision.plan.saved)]
+    saved = [candidates[i].node for i in sorted(decision.plan.saved) if i < len(candidates)]
     recomputed = {candidates[i].node for i in decision.plan.recomputed}
-    result = extract(joint, saved, recomputed)
+    states = sorted(decision.plan.saved & costed.rng_states.keys())
+    replayed = [candidates[costed.rng_states[i]].node for i in states]
+    result = extract(joint, saved, recomputed, replayed)
     report = build_report(costed, decision, result)
     return result.forward, result.backward, report
 
@@ -96,6 +112,8 @@ class RecomputePartitioner(ti.CustomPartitionerFn):
                 options=self.options,
                 compiler=kwargs.get("compiler"),
             )
+        except RegionBudgetError:
+            raise
         except Exception as error:
             if not self.options.fallback:
                 raise

@@ -237,6 +237,14 @@ def publish(report: PartitionReport) -> None:
         collector.append(report)
 
 
+def _unreplayable_draws(costed: Costed, names: dict[fx.Node, str]) -> tuple[str, ...]:
+    """Random draws backward cannot replay, so they are never recomputed: say which."""
+    draws = [
+        names[c.node] for c in costed.joint.candidates if c.cost.is_random and not c.can_recompute
+    ]
+    return (f"random, not replayable, never recomputed: {', '.join(draws)}",) if draws else ()
+
+
 def build_report(costed: Costed, decision: Decision, partition: Partition) -> PartitionReport:
     joint, problem = costed.joint, costed.problem
     index = {c.node.name: i for i, c in enumerate(joint.candidates)}
@@ -252,6 +260,12 @@ def build_report(costed: Costed, decision: Decision, partition: Partition) -> Pa
                 names[node], op_name(node), shape, dtype, item.size, joint.candidates[index[name]].static
             )
         )
+    for state, k in sorted(costed.rng_states.items()):
+        if state in decision.plan.saved:
+            size = problem.items[state].size
+            node = joint.candidates[k].node
+            name = f"{names[node]}/rng_state"
+            saved.append(SavedValue(name, "rng_state", f"[{size}]", "uint8", size, False))
     recomputed = []
     for name in partition.recomputed:
         node = nodes[name]
@@ -274,6 +288,6 @@ def build_report(costed: Costed, decision: Decision, partition: Partition) -> Pa
         device=costed.device.name,
         saved=tuple(saved),
         recomputed=tuple(recomputed),
-        notes=decision.notes,
+        notes=(*decision.notes, *_unreplayable_draws(costed, names)),
         frontier=tuple((plan.size(problem), plan.cost(problem)) for plan in decision.frontier),
     )

@@ -8,9 +8,11 @@ disappears.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import fx
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.backends.debugging import get_nop_func
@@ -37,12 +39,16 @@ from torch._functorch.partitioners import (
     reordering_to_mimic_autograd_engine,
     thread_graphsafe_rng_from_hops,
 )
+from torch._functorch.partitioners import functionalize_rng_ops as _functionalize_rng_ops
+from torch._guards import detect_fake_mode
 from torch._inductor import config as inductor_config
 from torch._inductor.compile_fx import compile_fx, select_decomp_table
 from torch._inductor.custom_graph_pass import CustomPartitionerFn
 from torch._inductor.graph import GraphLowering
-from torch._ops import HigherOrderOperator
+from torch._ops import HigherOrderOperator, OpOverload
+from torch._prims.rng_prims import run_with_rng_state
 from torch.fx.experimental.proxy_tensor import is_sym_node
+from torch.fx.traceback import _get_memory_budget_annotation
 
 __all__ = [
     "CustomPartitionerFn",
@@ -59,10 +65,12 @@ __all__ = [
     "force_save_bw_mutation_src",
     "force_save_collectives",
     "force_save_effectful_ops",
+    "functionalize_rng_ops",
     "functorch_config",
     "fx_graph_cse",
     "inductor_config",
     "is_bwd_seed_offset",
+    "is_functional_op",
     "is_fwd_seed_offset",
     "is_primal",
     "is_sym_node",
@@ -71,7 +79,10 @@ __all__ = [
     "must_be_in_backward",
     "must_be_in_forward",
     "raise_getitems",
+    "region_memory_budget",
+    "replayable_rng_state_bytes",
     "reordering_to_mimic_autograd_engine",
+    "run_with_rng_state",
     "select_decomp_table",
     "thread_graphsafe_rng_from_hops",
 ]
@@ -84,6 +95,71 @@ must_be_in_forward = _must_be_in_forward
 must_be_in_backward = _must_be_in_backward
 extract_fwd_bwd_modules = _extract_fwd_bwd_modules
 extract_fwd_bwd_outputs = _extract_fwd_bwd_outputs
+region_memory_budget = _get_memory_budget_annotation
+"""The budget ``torch.autograd.graph.region_activation_memory_budget`` put on a node, or None."""
+
+# Devices whose generator ``run_and_save_rng_state``/``run_with_rng_state`` save and restore.
+_REPLAY_DEVICES = ("cpu", "cuda")
+
+
+def functionalize_rng_ops(
+    joint: fx.GraphModule, forward: fx.GraphModule, backward: fx.GraphModule, num_saved_sym: int
+) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """Torch's rewrite of draws tagged for recomputation into state-saving/replaying ones.
+
+    It builds the state's fake value under the ambient fake mode, which a partition run
+    outside AOTAutograd (snapshots, benchmarks) lacks: use the joint graph's own then.
+    """
+    with contextlib.ExitStack() as stack:
+        if detect_fake_mode() is None:
+            vals = [n.meta.get("val") for n in joint.graph.find_nodes(op="placeholder")]
+            fake_mode = detect_fake_mode(vals)
+            if fake_mode is not None:
+                stack.enter_context(fake_mode)
+        return _functionalize_rng_ops(joint, forward, backward, num_saved_sym)
+
+
+def is_functional_op(target: object) -> bool:
+    """Whether an operator's schema proves it pure: no mutated argument, no aliased result.
+
+    A custom op declares its mutations (``torch.library.custom_op(mutates_args=...)``), so
+    one whose schema shows none computes a fresh value from its inputs and may be recomputed.
+    """
+    if not isinstance(target, OpOverload):
+        return False
+    schema = target._schema
+    return not schema.is_mutable and all(r.alias_info is None for r in schema.returns)
+
+
+def replayable_rng_state_bytes(node: fx.Node) -> int | None:
+    """Bytes of generator state to save so that backward can replay ``node``'s draw, or None.
+
+    Replay goes through ``run_and_save_rng_state`` (forward) and ``run_with_rng_state``
+    (backward), which save and restore the device's default generator (``functionalize_rng_ops``).
+    That excludes higher-order ops, ops given an explicit ``torch.Generator``, devices without
+    such a generator, and Inductor's own seed prims (their seeds are the saved state already).
+    On CUDA without ``fallback_random``, torch replays through the graph-safe generator, which
+    saves nothing.
+    """
+    target = node.target
+    if not isinstance(target, OpOverload) or target.namespace == "prims":
+        return None
+    values = fx.node.map_arg((node.args, node.kwargs), lambda n: n.meta.get("val"))
+    leaves = torch.utils._pytree.tree_leaves((values, node.meta.get("val")))
+    if any(isinstance(leaf, torch.Generator) for leaf in leaves):
+        return None
+    devices = {leaf.device for leaf in leaves if isinstance(leaf, torch.Tensor)}
+    devices |= {torch.device(d) for d in (node.kwargs.get("device"),) if d is not None}
+    if len(devices) != 1:
+        return None
+    (device,) = devices
+    if device.type not in _REPLAY_DEVICES:
+        return None
+    if device.type == "cpu":
+        return torch.get_rng_state().numel()
+    if functorch_config.graphsafe_rng_functionalization and not inductor_config.fallback_random:
+        return 0
+    return 16  # torch.cuda.get_rng_state(): a Philox seed and offset (two int64)
 
 
 def decide_layout_opt(gm: fx.GraphModule) -> bool:

@@ -171,16 +171,19 @@ saved activations:
             report_text("gpt_block", memory_budget=1.0),
             """\
 solver: milp (optimal), device: cpu
-budget: ratio 1 -> 65,664 B (range 24,576..65,664 B)
+budget: ratio 1 -> 65,664 B (range 19,264..65,664 B)
 saved: 65,664 B in 14 activations (+9 static inputs)
 recomputed: 26 ops, 24,832 FLOP, est. 49.7 ns
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
-       24,576        93.1 us
-       24,580        83.1 us
-       24,708          73 us
-       25,732        52.7 us
+       19,264         155 us
+       19,268         145 us
+       19,332         114 us
+       19,396        93.3 us
+       19,524        83.2 us
+       20,548        62.9 us
+       24,644        52.7 us
        29,828        42.4 us
        36,992        32.2 us
        49,280        21.9 us
@@ -220,16 +223,19 @@ recomputed (views, free, not listed: 16):
             report_text("gpt_block", memory_budget=0.5),
             """\
 solver: milp (optimal), device: cpu
-budget: ratio 0.5 -> 45,120 B (range 24,576..65,664 B)
+budget: ratio 0.5 -> 42,464 B (range 19,264..65,664 B)
 saved: 42,116 B in 15 activations (+10 static inputs)
 recomputed: 34 ops, 329,984 FLOP, est. 21.1 us
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
-       24,576        93.1 us
-       24,580        83.1 us
-       24,708          73 us
-       25,732        52.7 us
+       19,264         155 us
+       19,268         145 us
+       19,332         114 us
+       19,396        93.3 us
+       19,524        83.2 us
+       20,548        62.9 us
+       24,644        52.7 us
        29,828        42.4 us
        36,992        32.2 us
        49,280        21.9 us
@@ -277,62 +283,74 @@ recomputed (views, free, not listed: 17):
             report_text("gpt_block", memory_budget=0.0),
             """\
 solver: milp (optimal), device: cpu
-budget: ratio 0 -> 24,576 B (range 24,576..65,664 B)
-saved: 24,576 B in 7 activations (+11 static inputs)
-recomputed: 67 ops, 570,688 FLOP, est. 82.5 us
+budget: ratio 0 -> 19,264 B (range 19,264..65,664 B)
+saved: 19,264 B in 4 activations (+13 static inputs)
+recomputed: 86 ops, 911,744 FLOP, est. 144 us
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
-       24,576        93.1 us
-       24,580        83.1 us
-       24,708          73 us
-       25,732        52.7 us
+       19,264         155 us
+       19,268         145 us
+       19,332         114 us
+       19,396        93.3 us
+       19,524        83.2 us
+       20,548        62.9 us
+       24,644        52.7 us
        29,828        42.4 us
        36,992        32.2 us
        49,280        21.9 us
        65,664        11.4 us
 saved activations:
-  name                                     shape           dtype    bytes
-  block.ln1/mul                            [2, 16, 32]     float32  4,096
-  block.attn.attn_drop/native_dropout[0]   [2, 4, 16, 16]  float32  8,192
-  block.attn.attn_drop/native_dropout[1]   [2, 4, 16, 16]  bool     2,048
-  block.attn.resid_drop/native_dropout[1]  [2, 16, 32]     bool     1,024
-  block/add                                [2, 16, 32]     float32  4,096
-  block.drop/native_dropout[1]             [2, 16, 32]     bool     1,024
-  mul                                      [2, 16, 32]     float32  4,096
-recomputed (views, free, not listed: 36):
-  name                      shape             flops
-  block.ln1/mul#1           [2, 16, 32]       1,024
-  block.ln1/add#1           [2, 16, 32]       1,024
-  block.attn.qkv/addmm      [32, 96]        196,608
-  block.attn/clone          [2, 4, 16, 8]     1,024
-  block.attn/clone#1        [2, 4, 8, 16]     1,024
-  block.attn/bmm            [8, 16, 16]      32,768
-  block.attn/mul            [2, 4, 16, 16]    2,048
-  block.attn/bitwise_not    [1, 1, 16, 16]      256
-  block.attn/scalar_tensor  []                    0
-  block.attn/where          [2, 4, 16, 16]    2,048
-  block.attn/amax           [2, 4, 16, 1]     2,048
-  block.attn/sub            [2, 4, 16, 16]    2,048
-  block.attn/exp            [2, 4, 16, 16]    2,048
-  block.attn/sum            [2, 4, 16, 1]     2,048
-  block.attn/div            [2, 4, 16, 16]    2,048
-  block.attn/clone#2        [2, 4, 16, 8]     1,024
-  block.attn/bmm#1          [8, 16, 8]       32,768
-  block.attn/clone#3        [2, 16, 4, 8]     1,024
-  block.ln2/var_mean        -                 1,024
-  block.ln2/add             [2, 16, 1]           32
-  block.ln2/rsqrt           [2, 16, 1]           32
-  block.ln2/sub             [2, 16, 32]       1,024
-  block.ln2/mul             [2, 16, 32]       1,024
-  block.ln2/mul#1           [2, 16, 32]       1,024
-  block.ln2/add#1           [2, 16, 32]       1,024
-  block.fc/addmm            [32, 128]       262,144
-  block/mul                 [2, 16, 128]      4,096
-  block/mul#1               [2, 16, 128]      4,096
-  block/erf                 [2, 16, 128]      4,096
-  block/add#1               [2, 16, 128]      4,096
-  block/mul#2               [2, 16, 128]      4,096""",
+  name                                            shape        dtype    bytes
+  primals_3                                       [2, 16, 32]  float32  4,096
+  block.attn.attn_drop/native_dropout/rng_state   [5056]       uint8    5,056
+  block.attn.resid_drop/native_dropout/rng_state  [5056]       uint8    5,056
+  block.drop/native_dropout/rng_state             [5056]       uint8    5,056
+recomputed (views, free, not listed: 43):
+  name                                  shape             flops
+  block.ln1/var_mean                    -                 1,024
+  block.ln1/add                         [2, 16, 1]           32
+  block.ln1/rsqrt                       [2, 16, 1]           32
+  block.ln1/sub                         [2, 16, 32]       1,024
+  block.ln1/mul                         [2, 16, 32]       1,024
+  block.ln1/mul#1                       [2, 16, 32]       1,024
+  block.ln1/add#1                       [2, 16, 32]       1,024
+  block.attn.qkv/addmm                  [32, 96]        196,608
+  block.attn/clone                      [2, 4, 16, 8]     1,024
+  block.attn/clone#1                    [2, 4, 8, 16]     1,024
+  block.attn/bmm                        [8, 16, 16]      32,768
+  block.attn/mul                        [2, 4, 16, 16]    2,048
+  block.attn/bitwise_not                [1, 1, 16, 16]      256
+  block.attn/scalar_tensor              []                    0
+  block.attn/where                      [2, 4, 16, 16]    2,048
+  block.attn/amax                       [2, 4, 16, 1]     2,048
+  block.attn/sub                        [2, 4, 16, 16]    2,048
+  block.attn/exp                        [2, 4, 16, 16]    2,048
+  block.attn/sum                        [2, 4, 16, 1]     2,048
+  block.attn/div                        [2, 4, 16, 16]    2,048
+  block.attn.attn_drop/native_dropout   -                 4,096
+  block.attn/clone#2                    [2, 4, 16, 8]     1,024
+  block.attn/bmm#1                      [8, 16, 8]       32,768
+  block.attn/clone#3                    [2, 16, 4, 8]     1,024
+  block.attn.proj/addmm                 [32, 32]         65,536
+  block.attn.resid_drop/native_dropout  -                 2,048
+  block/add                             [2, 16, 32]       1,024
+  block.ln2/var_mean                    -                 1,024
+  block.ln2/add                         [2, 16, 1]           32
+  block.ln2/rsqrt                       [2, 16, 1]           32
+  block.ln2/sub                         [2, 16, 32]       1,024
+  block.ln2/mul                         [2, 16, 32]       1,024
+  block.ln2/mul#1                       [2, 16, 32]       1,024
+  block.ln2/add#1                       [2, 16, 32]       1,024
+  block.fc/addmm                        [32, 128]       262,144
+  block/mul                             [2, 16, 128]      4,096
+  block/mul#1                           [2, 16, 128]      4,096
+  block/erf                             [2, 16, 128]      4,096
+  block/add#1                           [2, 16, 128]      4,096
+  block/mul#2                           [2, 16, 128]      4,096
+  block.out/addmm                       [32, 32]        262,144
+  block.drop/native_dropout             -                 2,048
+  block/add#2                           [2, 16, 32]       1,024""",
         )
 
     def test_gpt_block_absolute(self) -> None:
@@ -340,16 +358,19 @@ recomputed (views, free, not listed: 36):
             report_text("gpt_block", memory_budget_bytes=60_000),
             """\
 solver: milp (optimal), device: cpu
-budget: absolute -> 60,000 B (range 24,576..65,664 B)
+budget: absolute -> 60,000 B (range 19,264..65,664 B)
 saved: 58,500 B in 16 activations (+9 static inputs)
 recomputed: 33 ops, 67,840 FLOP, est. 10.4 us
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
-       24,576        93.1 us
-       24,580        83.1 us
-       24,708          73 us
-       25,732        52.7 us
+       19,264         155 us
+       19,268         145 us
+       19,332         114 us
+       19,396        93.3 us
+       19,524        83.2 us
+       20,548        62.9 us
+       24,644        52.7 us
        29,828        42.4 us
        36,992        32.2 us
        49,280        21.9 us
