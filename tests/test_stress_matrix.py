@@ -1,4 +1,5 @@
-"""The correctness matrix: models x budgets x static/dynamic shapes x fp32/bf16 autocast.
+"""The correctness matrix: models x budgets x static/dynamic shapes x fp32/bf16 autocast,
+and fp16 autocast with a GradScaler.
 
 Fast path (our partitioner, graphs run without Inductor codegen) for every cell; Inductor
 for a sample. Tolerances, stated once:
@@ -20,7 +21,7 @@ import pytest
 import torch
 
 from benchmarks.models import model_cases
-from recompute_pass import recompute_backend, recompute_eager_backend
+from recompute_pass import capture_reports, recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti
 from tests.harness import ATOL, RTOL, Step, assert_same_step, build, case_inputs, run_step
 from tests.stress_support import (
@@ -157,3 +158,43 @@ def test_inductor_sample(name: str, budget: float, shape: str, precision: str) -
 @pytest.mark.parametrize(("name", "budget", "shape", "precision"), INDUCTOR_FULL)
 def test_inductor_full(name: str, budget: float, shape: str, precision: str) -> None:
     _inductor_case(name, budget, shape, precision)
+
+
+# fp16 autocast with a GradScaler: the scaled loss's backward through our graphs, unscaled by
+# the scaler, against PyTorch's partitioner on the same decomposed graph (exactly: the same
+# ops round the same) and against eager (fp16 rounds at other points: 11-bit mantissa,
+# 2**-11 = 4.9e-4, so eight ulps relative).
+FP16_RTOL, FP16_ATOL = 4e-3, 1e-3
+
+
+def _scaled_fp16_step(name: str, backend: object) -> tuple[dict[str, torch.Tensor], list]:
+    case = CASES[name]
+    model = build(case)
+    inputs = case_inputs(case)
+    fn = model
+    if backend is not None:
+        torch.compiler.reset()
+        fn = torch.compile(model, backend=backend)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12)
+    with capture_reports() as reports:
+        torch.manual_seed(0)
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = fn(*inputs)
+        scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    found_inf = sum(v.item() for v in scaler._found_inf_per_device(optimizer).values())
+    assert found_inf == 0  # a finite step: the comparison below is not of NaNs
+    return {n: p.grad for n, p in model.named_parameters() if p.grad is not None}, reports
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+@pytest.mark.parametrize("name", MODELS)
+def test_fp16_grad_scaler(name: str, budget: float) -> None:
+    backend = recompute_eager_backend.with_options(memory_budget=budget, fallback=False)
+    ours, reports = _scaled_fp16_step(name, backend)
+    assert [r.fallback for r in reports] == [None]
+    pytorch, _ = _scaled_fp16_step(name, ti.eager_aot_backend(ti.min_cut_rematerialization_partition))
+    torch.testing.assert_close(ours, pytorch, rtol=0.0, atol=0.0)
+    eager, _ = _scaled_fp16_step(name, None)
+    torch.testing.assert_close(ours, eager, rtol=FP16_RTOL, atol=FP16_ATOL)
