@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import fx
 from torch.utils.checkpoint import CheckpointPolicy
 
@@ -43,7 +44,7 @@ def extract(
     # Extraction copies every joint node whose inputs backward has; a random one nobody
     # uses survives the default DCE (drawing counts as an effect) and would advance the
     # generator in backward. Drop it: no draw in backward that the plan did not ask for.
-    backward.graph.eliminate_dead_code(is_impure_node=lambda n: n.is_impure(impure_random=False))
+    backward.graph.eliminate_dead_code(is_impure_node=_kept_when_unused)
     backward.recompile()
 
     forward_names = {c.node.name for c in joint.candidates if c.forward}
@@ -71,6 +72,23 @@ def extract(
         recomputed=tuple(n.name for n in joint.module.graph.nodes if n.name in actual),
         replayed=tuple(n.name for n in replayed),
     )
+
+
+# Profiler spans are effects, but copying a forward span into backward is meaningless;
+# dropped together (exit first, then its enter), they stay balanced. PyTorch skips them too.
+_PROFILER_SPANS = frozenset(
+    {
+        torch.ops.profiler._record_function_enter.default,
+        torch.ops.profiler._record_function_enter_new.default,
+        torch.ops.profiler._record_function_exit.default,
+        torch.ops.profiler._record_function_exit._RecordFunction,
+    }
+)
+
+
+def _kept_when_unused(node: fx.Node) -> bool:
+    """Backward DCE: what must run even when nothing reads it (not a draw, not a span)."""
+    return node.is_impure(impure_random=False) and node.target not in _PROFILER_SPANS
 
 
 def _replay_rng(

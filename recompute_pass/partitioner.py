@@ -17,6 +17,7 @@ from recompute_pass import torch_internals as ti
 from recompute_pass.costing import build_problem, resolve_device
 from recompute_pass.extraction import extract
 from recompute_pass.joint_graph import RegionBudgetError, analyze, prepare
+from recompute_pass.liveness import predict_peak
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.report import PartitionReport, build_report, publish
 from recompute_pass.solve import decide
@@ -84,7 +85,14 @@ def partition(
     states = sorted(decision.plan.saved & costed.rng_states.keys())
     replayed = [candidates[costed.rng_states[i]].node for i in states]
     result = extract(joint, saved, recomputed, replayed)
-    report = build_report(costed, decision, result)
+    peak = predict_peak(
+        result.forward,
+        result.backward,
+        num_user_outputs=joint.num_fwd_outputs,
+        hints=costed.hints,
+        fused=compiler == "inductor",
+    )
+    report = build_report(costed, decision, result, peak)
     return result.forward, result.backward, report
 
 
@@ -104,6 +112,10 @@ class RecomputePartitioner(ti.CustomPartitionerFn):
     ) -> tuple[fx.GraphModule, fx.GraphModule]:
         num_fwd_outputs = kwargs["num_fwd_outputs"]
         static = kwargs.get("static_lifetime_input_indices") or []
+        if ti.is_subgraph_body_call(joint_inputs):
+            # The body's inputs are the enclosing graph's values (weights among them):
+            # holding them costs nothing here, as in PyTorch's partitioner.
+            static = list(range(sum(ti.is_primal(n) for n in gm.graph.nodes)))
         try:
             forward, backward, report = partition(
                 gm,

@@ -24,6 +24,7 @@ from torch import fx
 from cost_model import OpKind
 from recompute_pass.costing import Costed
 from recompute_pass.extraction import Partition
+from recompute_pass.liveness import PeakEstimate
 from recompute_pass.solve import Decision
 
 log = logging.getLogger("recompute_pass")
@@ -76,6 +77,10 @@ class PartitionReport:
     # The memory/time Pareto frontier's convex hull: (saved bytes, estimated step overhead
     # in seconds) per vertex, fewest bytes first; what other budgets would buy.
     frontier: tuple[tuple[int, float], ...] = ()
+    # The step's predicted peak (``liveness``): bytes above the level before the forward,
+    # and where it is reached ("forward: <name>" or "backward: <name>").
+    predicted_peak_bytes: int | None = None
+    peak_at: str | None = None
 
     def summary(self) -> str:
         if self.fallback:
@@ -102,6 +107,7 @@ class PartitionReport:
             f" (+{sum(s.static for s in self.saved)} static inputs)",
             f"recomputed: {len(self.recomputed)} ops, {_fmt_count(self.recompute_flops)} FLOP,"
             f" est. {_fmt_seconds(self.estimated_recompute_time)}",
+            f"predicted peak: {_fmt_count(self.predicted_peak_bytes)} B ({self.peak_at})",
         ]
         lines += [f"note: {n}" for n in self.notes]
         if self.frontier:
@@ -245,10 +251,13 @@ def _unreplayable_draws(costed: Costed, names: dict[fx.Node, str]) -> tuple[str,
     return (f"random, not replayable, never recomputed: {', '.join(draws)}",) if draws else ()
 
 
-def build_report(costed: Costed, decision: Decision, partition: Partition) -> PartitionReport:
+def build_report(
+    costed: Costed, decision: Decision, partition: Partition, peak: PeakEstimate
+) -> PartitionReport:
     joint, problem = costed.joint, costed.problem
     index = {c.node.name: i for i, c in enumerate(joint.candidates)}
     names = canonical_names(joint.module.graph.nodes)
+    by_name = {node.name: name for node, name in names.items()}
     nodes = {c.node.name: c.node for c in joint.candidates}
 
     saved = []
@@ -290,4 +299,6 @@ def build_report(costed: Costed, decision: Decision, partition: Partition) -> Pa
         recomputed=tuple(recomputed),
         notes=(*decision.notes, *_unreplayable_draws(costed, names)),
         frontier=tuple((plan.size(problem), plan.cost(problem)) for plan in decision.frontier),
+        predicted_peak_bytes=peak.peak_bytes,
+        peak_at=f"{peak.peak_phase}: {by_name.get(peak.peak_node, peak.peak_node)}",
     )

@@ -9,7 +9,7 @@ disappears.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -71,6 +71,7 @@ __all__ = [
     "inductor_config",
     "is_bwd_seed_offset",
     "is_functional_op",
+    "is_subgraph_body_call",
     "is_fwd_seed_offset",
     "is_primal",
     "is_sym_node",
@@ -117,6 +118,15 @@ def functionalize_rng_ops(
             if fake_mode is not None:
                 stack.enter_context(fake_mode)
         return _functionalize_rng_ops(joint, forward, backward, num_saved_sym)
+
+
+def is_subgraph_body_call(joint_inputs: Sequence[object]) -> bool:
+    """Whether AOTAutograd is partitioning a higher-order op's body (``invoke_subgraph``).
+
+    It calls the partitioner with no joint inputs there, and with no static-input indices
+    (a TODO in ``_aot_autograd/graph_compile.py``); a whole graph always has inputs.
+    """
+    return len(joint_inputs) == 0
 
 
 def is_functional_op(target: object) -> bool:

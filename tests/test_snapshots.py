@@ -60,6 +60,7 @@ solver: milp (optimal), device: cpu
 budget: ratio 1 -> 2,048 B (range 256..2,048 B)
 saved: 2,048 B in 5 activations (+2 static inputs)
 recomputed: 2 ops, 0 FLOP, est. 0 s
+predicted peak: 33,924 B (backward: sum#2)
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -85,6 +86,7 @@ solver: milp (optimal), device: cpu
 budget: ratio 0.5 -> 1,152 B (range 256..2,048 B)
 saved: 1,024 B in 3 activations (+4 static inputs)
 recomputed: 10 ops, 8,960 FLOP, est. 10.2 us
+predicted peak: 33,924 B (backward: sum#2)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -117,6 +119,7 @@ solver: milp (optimal), device: cpu
 budget: ratio 0 -> 256 B (range 256..2,048 B)
 saved: 256 B in 1 activations (+6 static inputs)
 recomputed: 12 ops, 33,536 FLOP, est. 30.7 us
+predicted peak: 33,924 B (backward: sum#2)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -149,6 +152,7 @@ solver: milp (optimal), device: cpu
 budget: absolute -> 2,048 B (range 256..2,048 B)
 saved: 2,048 B in 5 activations (+2 static inputs)
 recomputed: 2 ops, 0 FLOP, est. 0 s
+predicted peak: 33,924 B (backward: sum#2)
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -174,6 +178,7 @@ solver: milp (optimal), device: cpu
 budget: ratio 1 -> 65,664 B (range 19,264..65,664 B)
 saved: 65,664 B in 14 activations (+9 static inputs)
 recomputed: 26 ops, 24,832 FLOP, est. 49.7 ns
+predicted peak: 146,692 B (backward: mul#6)
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -226,6 +231,7 @@ solver: milp (optimal), device: cpu
 budget: ratio 0.5 -> 42,464 B (range 19,264..65,664 B)
 saved: 42,116 B in 15 activations (+10 static inputs)
 recomputed: 34 ops, 329,984 FLOP, est. 21.1 us
+predicted peak: 143,624 B (backward: mul#6)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -286,6 +292,7 @@ solver: milp (optimal), device: cpu
 budget: ratio 0 -> 19,264 B (range 19,264..65,664 B)
 saved: 19,264 B in 4 activations (+13 static inputs)
 recomputed: 86 ops, 911,744 FLOP, est. 144 us
+predicted peak: 143,876 B (backward: mul#6)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -361,6 +368,7 @@ solver: milp (optimal), device: cpu
 budget: absolute -> 60,000 B (range 19,264..65,664 B)
 saved: 58,500 B in 16 activations (+9 static inputs)
 recomputed: 33 ops, 67,840 FLOP, est. 10.4 us
+predicted peak: 139,528 B (backward: mul#6)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -421,6 +429,7 @@ solver: milp (optimal), device: cpu
 budget: ratio 1 -> 51,840 B (range 4,096..51,840 B)
 saved: 51,840 B in 11 activations (+11 static inputs)
 recomputed: 31 ops, 18,176 FLOP, est. 36.4 ns
+predicted peak: 109,188 B (backward: mul#4)
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -466,6 +475,7 @@ solver: milp (optimal), device: cpu
 budget: ratio 0.5 -> 27,968 B (range 4,096..51,840 B)
 saved: 25,216 B in 8 activations (+11 static inputs)
 recomputed: 34 ops, 444,160 FLOP, est. 31.3 us
+predicted peak: 105,092 B (backward: mul#4)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -511,6 +521,7 @@ solver: milp (optimal), device: cpu
 budget: ratio 0 -> 4,096 B (range 4,096..51,840 B)
 saved: 4,096 B in 1 activations (+11 static inputs)
 recomputed: 81 ops, 899,968 FLOP, est. 123 us
+predicted peak: 117,380 B (backward: mul#4)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -579,6 +590,7 @@ solver: milp (optimal), device: cpu
 budget: absolute -> 60,000 B (range 4,096..51,840 B)
 saved: 51,840 B in 11 activations (+11 static inputs)
 recomputed: 31 ops, 18,176 FLOP, est. 36.4 ns
+predicted peak: 109,188 B (backward: mul#4)
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -624,6 +636,7 @@ solver: milp (optimal), device: cpu
 budget: ratio 1 -> 88,426 B (range 6,160..88,426 B)
 saved: 88,426 B in 16 activations (+8 static inputs)
 recomputed: 13 ops, 24,576 FLOP, est. 49.2 ns
+predicted peak: 131,784 B (backward: blocks.0.bn2/mul)
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -674,6 +687,7 @@ solver: milp (optimal), device: cpu
 budget: ratio 0.5 -> 47,293 B (range 6,160..88,426 B)
 saved: 39,338 B in 15 activations (+10 static inputs)
 recomputed: 34 ops, 286,720 FLOP, est. 11.3 us
+predicted peak: 117,768 B (backward: convolution_backward)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -734,6 +748,7 @@ solver: milp (optimal), device: cpu
 budget: ratio 0 -> 6,160 B (range 6,160..88,426 B)
 saved: 6,160 B in 2 activations (+11 static inputs)
 recomputed: 64 ops, 1,483,227 FLOP, est. 135 us
+predicted peak: 119,560 B (backward: le)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -805,6 +820,7 @@ solver: milp (optimal), device: cpu
 budget: absolute -> 20,000 B (range 6,160..88,426 B)
 saved: 6,570 B in 13 activations (+10 static inputs)
 recomputed: 36 ops, 1,466,368 FLOP, est. 33.6 us
+predicted peak: 131,848 B (backward: blocks.0.bn2/mul)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead

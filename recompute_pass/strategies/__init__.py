@@ -9,6 +9,7 @@ from recompute_pass.strategies.strategy_mincut import MinCutStrategy
 from recompute_pass.strategies.strategy_no_recompute import NoRecomputeStrategy
 from recompute_pass.strategies.strategy_recompute_all import RecomputeAllStrategy
 from recompute_pass.strategies.strategy_selective import SelectiveStrategy
+from recompute_pass.strategies.strategy_sqrt_n import SqrtNStrategy
 
 STRATEGIES: dict[str, Strategy] = {
     s.name: s
@@ -18,6 +19,7 @@ STRATEGIES: dict[str, Strategy] = {
         NoRecomputeStrategy(),
         RecomputeAllStrategy(),
         SelectiveStrategy(),
+        SqrtNStrategy(),
     )
 }
 
