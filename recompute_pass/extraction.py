@@ -104,9 +104,17 @@ def _replay_rng(
     PyTorch's pass does this for draws tagged for recomputation; we tag exactly the planned
     ones (and only those: a region's draw the plan saves keeps its tag but is not in backward).
     """
+    tags = {node: node.meta.get("recompute") for node in replayed}
     for node in replayed:
         node.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
-    return ti.functionalize_rng_ops(joint.module, forward, backward, num_saved_sym)
+    try:
+        return ti.functionalize_rng_ops(joint.module, forward, backward, num_saved_sym)
+    finally:  # the joint graph stays as it was: another plan may be realized from it
+        for node, tag in tags.items():
+            if tag is None:
+                node.meta.pop("recompute", None)
+            else:
+                node.meta["recompute"] = tag
 
 
 def _check_no_fresh_draw(joint: JointGraph, backward: fx.GraphModule) -> None:

@@ -17,7 +17,7 @@ from recompute_pass.cut import CutGraph
 from recompute_pass.problem import Plan, Problem
 
 
-def _dominant_price(problem: Problem) -> float:
+def dominant_price(problem: Problem) -> float:
     """A price per byte at which one byte outweighs every time cost: the min-bytes plan."""
     total = sum(it.save_cost + it.recompute_cost for it in problem.items)
     return 2.0 * total + 1.0
@@ -49,7 +49,7 @@ class Relaxation:
         problem.check_feasible()
         graph = CutGraph.build(problem)
         cheapest = graph.solve(problem, 0.0)
-        return Relaxation(problem, graph, cheapest, graph.solve(problem, _dominant_price(problem)))
+        return Relaxation(problem, graph, cheapest, graph.solve(problem, dominant_price(problem)))
 
     def between(self, small: Plan, big: Plan) -> Plan | None:
         """The hull vertex strictly between hull plans ``small`` and ``big`` (which saves

@@ -20,6 +20,9 @@ SOLVERS = tuple(STRATEGIES)  # the registry is the list: a new strategy is a val
 DEVICES = ("auto", *sorted(PROFILES))
 
 
+BUDGET_MODES = ("saved", "peak")
+
+
 def _fail(option: str, value: object, valid: str) -> ValueError:
     return ValueError(f"recompute_pass: invalid {option}={value!r}; expected {valid}")
 
@@ -28,8 +31,13 @@ def _fail(option: str, value: object, valid: str) -> ValueError:
 class RecomputeOptions:
     """What the partitioner reads. Every field enters the compile cache key (``cache_key``).
 
-    memory_budget: ratio in [0, 1] of the activation-byte range (README, "Budget semantics").
+    memory_budget: ratio in [0, 1] of the range of what ``budget_mode`` measures (README,
+        "Budget semantics").
     memory_budget_bytes: absolute cap on saved activation bytes; overrides the ratio.
+    budget_mode: ``"saved"``, the ratio spans the activation bytes saved for backward (what
+        PyTorch's ``activation_memory_budget`` measures); ``"peak"``, it spans the step's
+        predicted peak.
+    peak_memory_bytes: absolute cap on the step's predicted peak (implies ``"peak"``).
     solver: one of ``SOLVERS``.
     device: a profile name from ``cost_model.PROFILES``, ``"auto"`` (from the graph's
         device), or a ``DeviceProfile``.
@@ -41,6 +49,8 @@ class RecomputeOptions:
 
     memory_budget: float = 1.0
     memory_budget_bytes: int | None = None
+    budget_mode: str = "saved"
+    peak_memory_bytes: int | None = None
     solver: str = "milp"
     device: str | DeviceProfile = "auto"
     time_limit: float = 10.0
@@ -53,9 +63,17 @@ class RecomputeOptions:
         if math.isnan(budget) or not 0.0 <= budget <= 1.0:
             raise _fail("memory_budget", budget, "a number in [0, 1]")
         object.__setattr__(self, "memory_budget", float(budget))
-        cap = self.memory_budget_bytes
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, numbers.Integral) or cap < 0):
-            raise _fail("memory_budget_bytes", cap, "None or a non-negative integer number of bytes")
+        for name in ("memory_budget_bytes", "peak_memory_bytes"):
+            cap = getattr(self, name)
+            integral = isinstance(cap, numbers.Integral) and not isinstance(cap, bool)
+            if cap is not None and (not integral or cap < 0):
+                raise _fail(name, cap, "None or a non-negative integer number of bytes")
+        if self.budget_mode not in BUDGET_MODES:
+            raise _fail("budget_mode", self.budget_mode, f"one of {', '.join(BUDGET_MODES)}")
+        if self.memory_budget_bytes is not None and self.peak_memory_bytes is not None:
+            raise _fail(
+                "peak_memory_bytes", self.peak_memory_bytes, "None when memory_budget_bytes is set (one cap)"
+            )
         if self.solver not in SOLVERS:
             raise _fail("solver", self.solver, f"one of {', '.join(SOLVERS)}")
         if not isinstance(self.device, DeviceProfile) and self.device not in DEVICES:
@@ -67,6 +85,11 @@ class RecomputeOptions:
             raise _fail("time_limit", limit, "a finite positive number of seconds")
         if not isinstance(self.fallback, bool):
             raise _fail("fallback", self.fallback, "True or False")
+
+    @property
+    def budgets_peak(self) -> bool:
+        """Whether the budget is over the step's peak (else over saved bytes)."""
+        return self.budget_mode == "peak" or self.peak_memory_bytes is not None
 
     def replace(self, **changes: Any) -> RecomputeOptions:
         unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})

@@ -14,11 +14,12 @@ import torch
 from torch import fx
 
 from recompute_pass import torch_internals as ti
-from recompute_pass.costing import build_problem, resolve_device
-from recompute_pass.extraction import extract
+from recompute_pass.costing import Costed, build_problem, resolve_device
+from recompute_pass.extraction import Partition, extract
 from recompute_pass.joint_graph import RegionBudgetError, analyze, prepare
-from recompute_pass.liveness import predict_peak
+from recompute_pass.liveness import PeakEstimate, predict_peak
 from recompute_pass.options import RecomputeOptions
+from recompute_pass.problem import Plan
 from recompute_pass.report import PartitionReport, build_report, publish
 from recompute_pass.solve import decide
 
@@ -76,13 +77,28 @@ def partition(
     static = charged_static_inputs(module, static_lifetime_input_indices, compiler)
     joint = analyze(module, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=static)
     if joint.region_budget is not None:  # the user's word for this graph overrides the global one
-        options = options.replace(memory_budget=joint.region_budget, memory_budget_bytes=None)
+        options = options.replace(
+            memory_budget=joint.region_budget, memory_budget_bytes=None, peak_memory_bytes=None
+        )
     costed = build_problem(joint, resolve_device(options.device, joint))
-    decision = decide(costed.problem, options)
+    fused = compiler == "inductor"
+
+    def peak_of(plan: Plan) -> int:
+        return realize(costed, plan, fused=fused)[1].peak_bytes
+
+    decision = decide(costed.problem, options, peak_of)
+    result, peak = realize(costed, decision.plan, fused=fused)
+    report = build_report(costed, decision, result, peak)
+    return result.forward, result.backward, report
+
+
+def realize(costed: Costed, plan: Plan, *, fused: bool) -> tuple[Partition, PeakEstimate]:
+    """The graphs a plan runs as, and their predicted peak (``fused``: Inductor compiles them)."""
+    joint = costed.joint
     candidates = joint.candidates
-    saved = [candidates[i].node for i in sorted(decision.plan.saved) if i < len(candidates)]
-    recomputed = {candidates[i].node for i in decision.plan.recomputed}
-    states = sorted(decision.plan.saved & costed.rng_states.keys())
+    saved = [candidates[i].node for i in sorted(plan.saved) if i < len(candidates)]
+    recomputed = {candidates[i].node for i in plan.recomputed}
+    states = sorted(plan.saved & costed.rng_states.keys())
     replayed = [candidates[costed.rng_states[i]].node for i in states]
     result = extract(joint, saved, recomputed, replayed)
     peak = predict_peak(
@@ -90,10 +106,9 @@ def partition(
         result.backward,
         num_user_outputs=joint.num_fwd_outputs,
         hints=costed.hints,
-        fused=compiler == "inductor",
+        fused=fused,
     )
-    report = build_report(costed, decision, result, peak)
-    return result.forward, result.backward, report
+    return result, peak
 
 
 class RecomputePartitioner(ti.CustomPartitionerFn):

@@ -81,6 +81,9 @@ class PartitionReport:
     # and where it is reached ("forward: <name>" or "backward: <name>").
     predicted_peak_bytes: int | None = None
     peak_at: str | None = None
+    # What the budget fields measure: "saved" activation bytes, or the step's "peak"; in
+    # the latter case ``frontier`` holds (predicted peak, estimated overhead) points.
+    budget_kind: str = "saved"
 
     def summary(self) -> str:
         if self.fallback:
@@ -101,7 +104,8 @@ class PartitionReport:
         budget = "absolute" if self.budget_ratio is None else f"ratio {self.budget_ratio:g}"
         lines = [
             f"solver: {self.solver}{' (optimal)' if self.optimal else ''}, device: {self.device}",
-            f"budget: {budget} -> {_fmt_count(self.budget_bytes)} B"
+            f"budget{' (peak)' if self.budget_kind == 'peak' else ''}: {budget}"
+            f" -> {_fmt_count(self.budget_bytes)} B"
             f" (range {_fmt_count(self.min_bytes)}..{_fmt_count(self.max_bytes)} B)",
             f"saved: {_fmt_count(self.saved_bytes)} B in {sum(not s.static for s in self.saved)} activations"
             f" (+{sum(s.static for s in self.saved)} static inputs)",
@@ -113,7 +117,7 @@ class PartitionReport:
         if self.frontier:
             lines.append("frontier (what other budgets buy):")
             lines += _table(
-                ("saved bytes", "est. overhead"),
+                ("peak bytes" if self.budget_kind == "peak" else "saved bytes", "est. overhead"),
                 [(f"{size:,}", _fmt_seconds(cost)) for size, cost in self.frontier],
                 numeric=2,
             )
@@ -298,7 +302,9 @@ def build_report(
         saved=tuple(saved),
         recomputed=tuple(recomputed),
         notes=(*decision.notes, *_unreplayable_draws(costed, names)),
-        frontier=tuple((plan.size(problem), plan.cost(problem)) for plan in decision.frontier),
+        frontier=decision.peak_frontier
+        or tuple((plan.size(problem), plan.cost(problem)) for plan in decision.frontier),
+        budget_kind=decision.budget_kind,
         predicted_peak_bytes=peak.peak_bytes,
         peak_at=f"{peak.peak_phase}: {by_name.get(peak.peak_node, peak.peak_node)}",
     )

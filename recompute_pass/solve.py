@@ -1,19 +1,24 @@
 """Stage 3: turn the budget into bytes and run the chosen strategy.
 
-The ratio spans the activation bytes valid plans can save: 0 is the fewest any plan
-saves, 1 is what the cheapest plan (by the cost model) saves. Both ends are exact
-unbudgeted problems, solved as min cuts: the end points of the frontier's hull. The
-relaxation that holds them is built once per graph and shared with the strategy.
+Saved-bytes budgets: the ratio spans the activation bytes valid plans can save: 0 is the
+fewest any plan saves, 1 is what the cheapest plan (by the cost model) saves. Both ends
+are exact unbudgeted problems, solved as min cuts: the end points of the frontier's hull.
+The relaxation that holds them is built once per graph and shared with the strategy.
+
+Peak budgets (``budget_mode="peak"``, ``peak_memory_bytes``): ``peak_budget`` chooses
+among the hull and segment plans by their predicted peak, which the caller computes.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from recompute_pass.frontier import Relaxation, hull
 from recompute_pass.options import RecomputeOptions
+from recompute_pass.peak_budget import choose_by_peak
 from recompute_pass.problem import Plan, Problem
 from recompute_pass.strategies import STRATEGIES
 
@@ -32,13 +37,46 @@ class Decision:
     max_bytes: int
     solve_seconds: float
     frontier: tuple[Plan, ...]  # the memory/cost hull, what other budgets would buy
+    # "saved": budget_bytes/min_bytes/max_bytes are saved bytes; "peak": predicted peaks,
+    # and ``peak_frontier`` holds the (peak, estimated overhead) trade-off.
+    budget_kind: str = "saved"
+    peak_frontier: tuple[tuple[int, float], ...] = ()
 
 
-def decide(problem: Problem, options: RecomputeOptions) -> Decision:
+def decide(
+    problem: Problem, options: RecomputeOptions, peak_of: Callable[[Plan], int] | None = None
+) -> Decision:
+    """``peak_of``: a plan's predicted peak, needed when the budget is over the peak."""
     start = time.perf_counter()
+    deadline = time.monotonic() + options.time_limit
     relaxation = Relaxation.of(problem)
     # Fewest bytes first, cheapest last; within the time limit, coarser but exact.
-    frontier = hull(relaxation, deadline=time.monotonic() + options.time_limit)
+    frontier = hull(relaxation, deadline=deadline)
+    if options.budgets_peak and options.solver in ("milp", "mincut"):
+        if peak_of is None:
+            raise ValueError("a peak budget needs the plans' predicted peaks (peak_of)")
+        choice = choose_by_peak(
+            problem,
+            frontier,
+            peak_of,
+            ratio=None if options.peak_memory_bytes is not None else options.memory_budget,
+            cap=options.peak_memory_bytes,
+            deadline=deadline,
+        )
+        return Decision(
+            plan=choice.plan,
+            solver="peak",
+            optimal=False,
+            notes=choice.notes,
+            budget_ratio=None if options.peak_memory_bytes is not None else options.memory_budget,
+            budget_bytes=choice.cap,
+            min_bytes=choice.min_peak,
+            max_bytes=choice.max_peak,
+            solve_seconds=time.perf_counter() - start,
+            frontier=frontier,
+            budget_kind="peak",
+            peak_frontier=choice.frontier,
+        )
     low, high = frontier[0].size(problem), frontier[-1].size(problem)
     notes: list[str] = []
     if options.memory_budget_bytes is not None:

@@ -16,12 +16,14 @@ from recompute_pass.strategies.base import Solution
 from recompute_pass.strategies.fixed import solve_policy
 
 
-def segments(problem: Problem) -> list[int]:
-    """Each item's segment: items are in graph order; a new segment starts when the
-    activation bytes so far pass the next multiple of total / sqrt(N)."""
+def segments(problem: Problem, count: int | None = None) -> list[int]:
+    """Each item's segment among ``count`` (default: sqrt(N)): items are in graph order; a
+    new segment starts when the activation bytes so far pass the next multiple of
+    total / count."""
     items = problem.items
     sizes = [it.size if it.is_forward and it.can_save else 0 for it in items]
-    count = max(1, round(math.sqrt(sum(size > 0 for size in sizes))))
+    if count is None:
+        count = max(1, round(math.sqrt(sum(size > 0 for size in sizes))))
     total = sum(sizes) or 1
     result, before = [], 0
     for size in sizes:
@@ -30,13 +32,19 @@ def segments(problem: Problem) -> list[int]:
     return result
 
 
+def segment_policy(problem: Problem, count: int | None = None) -> tuple[set[int], set[int]]:
+    """(may recompute, must not save): everything may be recomputed; of the forward values,
+    only those crossing into a later segment may be saved."""
+    segment = segments(problem, count)
+    crossing = {j for i, it in enumerate(problem.items) for j in it.inputs if segment[j] < segment[i]}
+    forward = {i for i, it in enumerate(problem.items) if it.is_forward}
+    return set(range(len(problem))), forward - crossing
+
+
 class SqrtNStrategy:
     name = "sqrt_n"
     honours_budget = False
 
     def solve(self, relaxation: Relaxation, budget: float, *, time_limit: float) -> Solution:
         problem = relaxation.problem
-        segment = segments(problem)
-        crossing = {j for i, it in enumerate(problem.items) for j in it.inputs if segment[j] < segment[i]}
-        forward = {i for i, it in enumerate(problem.items) if it.is_forward}
-        return solve_policy(problem, set(range(len(problem))), forward - crossing, self.name)
+        return solve_policy(problem, *segment_policy(problem), self.name)
