@@ -98,7 +98,10 @@ def graph_stats(
     forward_nodes = _call_nodes(forward)
     backward_nodes = _call_nodes(backward)
     forward_names = {n.name for n in forward_nodes}
-    recomputed = [node_cost(n) for n in backward_nodes if n.name in forward_names]
+    # A replayed draw runs in backward as ``run_with_rng_state`` (a new name): recompute too.
+    recomputed = [
+        node_cost(n) for n in backward_nodes if n.name in forward_names or n.target is ti.run_with_rng_state
+    ]
     concrete = [cost.evaluate(hints) for cost in recomputed]
     return PartitionStats(
         graphs=1,

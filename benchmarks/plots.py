@@ -14,7 +14,12 @@ from benchmarks.analysis import of, pct
 from benchmarks.records import Record
 from benchmarks.systems import SYSTEMS
 
-LINES = {"compile_budget": "tab:red", "recompute": "tab:blue", "recompute_mincut": "tab:cyan"}
+LINES = {
+    "compile_budget": "tab:red",
+    "recompute": "tab:blue",
+    "recompute_peak": "tab:green",
+    "recompute_mincut": "tab:cyan",
+}
 POINTS = {
     "eager": ("tab:gray", "o"),
     "checkpoint": ("black", "s"),
@@ -24,6 +29,7 @@ POINTS = {
     "recompute_at_selective": ("tab:blue", "*"),
     "recompute_at_pytorch": ("tab:blue", "1"),
     "recompute_recompute_all": ("tab:brown", "v"),
+    "recompute_sqrt_n": ("tab:olive", "X"),
 }
 MIB = float(1 << 20)
 

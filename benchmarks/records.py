@@ -77,6 +77,7 @@ class Record:
     report_est_recompute_seconds: float | None = None
     report_budget_bytes: int | None = None
     report_min_bytes: int | None = None
+    report_predicted_peak_bytes: int | None = None  # our liveness model's peak for the step
     report_max_bytes: int | None = None
     solve_seconds: float | None = None
     solver_optimal: bool | None = None

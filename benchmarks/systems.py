@@ -36,6 +36,7 @@ class System:
     # Ours at an absolute byte budget (``Config.budget_bytes``): the bytes that this other
     # system's plan saves (at the same budget, if it is budgeted).
     bytes_from: str | None = None
+    budget_mode: str = "saved"  # ours: what the budget ratio spans ("saved" bytes or the "peak")
 
     @property
     def by_bytes(self) -> bool:
@@ -51,7 +52,7 @@ class System:
         if not self.ours:
             return BudgetedMinCut(budget if self.pytorch_budget else None)
         # No silent fallback: a failure of ours is reported as an error, not measured as PyTorch's.
-        options = RecomputeOptions(solver=self.solver or "milp", fallback=False)
+        options = RecomputeOptions(solver=self.solver or "milp", budget_mode=self.budget_mode, fallback=False)
         if self.by_bytes:
             options = options.replace(memory_budget_bytes=budget_bytes)
         elif budget is not None:
@@ -67,12 +68,14 @@ SYSTEMS: dict[str, System] = {
         System("compile", "torch.compile", "compiled", False),
         System("compile_budget", "torch.compile + memory budget", "compiled", True, pytorch_budget=True),
         System("recompute", "recompute (milp)", "compiled", True, solver="milp"),
+        System("recompute_peak", "recompute (peak budget)", "compiled", True, "milp", budget_mode="peak"),
         System("recompute_mincut", "recompute (mincut)", "compiled", True, solver="mincut"),
         System("recompute_no_recompute", "recompute: no_recompute", "compiled", False, solver="no_recompute"),
         System(
             "recompute_recompute_all", "recompute: recompute_all", "compiled", False, solver="recompute_all"
         ),
         System("recompute_selective", "recompute: selective", "compiled", False, solver="selective"),
+        System("recompute_sqrt_n", "recompute: sqrt_n", "compiled", False, solver="sqrt_n"),
         System(
             "recompute_at_selective",
             "recompute (milp) @ selective's bytes",

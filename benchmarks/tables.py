@@ -16,8 +16,9 @@ ORDER = (
     "recompute_selective",
     "recompute_at_selective",
     "recompute_recompute_all",
+    "recompute_sqrt_n",
 )
-BUDGETED = ("compile_budget", "recompute", "recompute_at_pytorch", "recompute_mincut")
+BUDGETED = ("compile_budget", "recompute", "recompute_peak", "recompute_at_pytorch", "recompute_mincut")
 
 
 def fmt_bytes(n: int | None) -> str:
@@ -78,6 +79,7 @@ def model_table(records: Sequence[Record], model: str, step_flops: int | None) -
         "% step",
         "est. recompute",
         "peak",
+        "predicted peak",
         "step: median ± IQR (min)",
         "compile",
         "partition",
@@ -90,7 +92,7 @@ def model_table(records: Sequence[Record], model: str, step_flops: int | None) -
         if r.budget_bytes is not None:
             budget = fmt_bytes(r.budget_bytes)
         if not r.ok:
-            rows.append((label, budget, f"ERROR: {(r.error or '')[:120]}", *("",) * 9))
+            rows.append((label, budget, f"ERROR: {(r.error or '')[:120]}", *("",) * 10))
             continue
         saved = fmt_bytes(r.saved_bytes) + ("*" if r.saved_bytes_method == "allocator" else "")
         step = (
@@ -109,6 +111,7 @@ def model_table(records: Sequence[Record], model: str, step_flops: int | None) -
                 fmt_pct(pct(r.recompute_flops, step_flops)),
                 fmt_seconds(r.est_recompute_seconds),
                 fmt_bytes(r.peak_bytes),
+                _fmt_prediction(r.report_predicted_peak_bytes, r.peak_bytes),
                 step,
                 fmt_seconds(r.compile_seconds),
                 fmt_seconds(r.partition_seconds),
@@ -116,6 +119,15 @@ def model_table(records: Sequence[Record], model: str, step_flops: int | None) -
             )
         )
     return markdown(header, rows)
+
+
+def _fmt_prediction(predicted: int | None, measured: int | None) -> str:
+    """The predicted peak and its error against the measured one."""
+    if predicted is None:
+        return "-"
+    if not measured:
+        return fmt_bytes(predicted)
+    return f"{fmt_bytes(predicted)} ({100 * (predicted / measured - 1):+.1f}%)"
 
 
 def frontier_table(rows: Sequence[FrontierRow], step_flops: int | None) -> str:

@@ -23,8 +23,9 @@ errs high where it errs. Sizes are evaluated at the graph's size hints.
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import torch
 from torch import fx
@@ -45,6 +46,88 @@ class PeakEstimate:
     timeline: tuple[tuple[str, str, int], ...]  # (phase, node, live bytes after it runs)
 
 
+class NodeFacts:
+    """What the walk asks of a node, computed once: scoring many plans of one graph asks
+    the same questions of the same nodes."""
+
+    def __init__(self, hints: SizeHints) -> None:
+        self.hints = hints
+        self._kinds: dict[fx.Node, OpKind] = {}
+        self._bytes: dict[tuple[fx.Node, str], int] = {}
+
+    def kind(self, node: fx.Node) -> OpKind:
+        kind = self._kinds.get(node)
+        if kind is None:
+            kind = self._kinds[node] = classify(node)
+        return kind
+
+    def bytes(self, node: fx.Node, owner: str, value: object) -> int:
+        """Bytes of ``value``, a result of ``node`` held by ``owner``."""
+        size = self._bytes.get((node, owner))
+        if size is None:
+            size = self._bytes[(node, owner)] = self.hints.evaluate(tensor_bytes(value))
+        return size
+
+
+class Walk:
+    """A running total of live bytes over the nodes of one step, in the order they run."""
+
+    def __init__(self, facts: NodeFacts, fused: bool) -> None:
+        self.facts, self.fused = facts, fused
+        self.live = 0
+        self.sizes: dict[str, int] = {}  # storage name -> bytes, while live (across phases)
+        self.timeline: list[tuple[str, str, int]] = []
+
+    def allocate(self, node: fx.Node, owner: str, value: object) -> None:
+        self.allocate_bytes(owner, self.facts.bytes(node, owner, value))
+
+    def allocate_bytes(self, owner: str, size: int) -> None:
+        self.sizes[owner] = self.sizes.get(owner, 0) + size
+        self.live += size
+
+    def free(self, owner: str) -> None:
+        self.live -= self.sizes.pop(owner, 0)  # inputs that predate the step were never counted
+
+    def run(
+        self,
+        phase: str,
+        nodes: Sequence[fx.Node],
+        kept: set[fx.Node],
+        *,
+        extra: Mapping[str, int] = MappingProxyType({}),
+        releases: Collection[str] = (),
+    ) -> None:
+        """``kept``: storages that outlive this phase. ``extra``: more bytes a node
+        allocates (by its name), held as ``<name>.extra`` until a node of that name in
+        ``releases`` runs (a draw's generator state, saved until its replay)."""
+        members = set(nodes)
+        kind = self.facts.kind
+        storage = _storages(nodes, kind)
+        fused_away = _fused_away(nodes, kept, kind) if self.fused else set()
+        frees = _frees(nodes, storage, kept)
+        for position, node in enumerate(nodes):
+            allocates = storage[node] is node and node not in fused_away and not _is_result(node)
+            if node.op == "call_function" and allocates:
+                # A multi-output op allocates every result; each lives as long as its getitem.
+                for owner, value in _results(node, members).items():
+                    self.allocate(node, owner, value)
+                if node.name in extra:
+                    self.allocate_bytes(f"{node.name}.extra", extra[node.name])
+            self.timeline.append((phase, node.name, self.live))
+            for name in frees.get(position, ()):
+                self.free(name)
+            if node.name in releases:
+                self.free(f"{node.name}.extra")
+
+    def estimate(self) -> PeakEstimate:
+        timeline = self.timeline
+        if not timeline:
+            return PeakEstimate(0, "forward", "", ())
+        peak_index = max(range(len(timeline)), key=lambda i: (timeline[i][2], -i))
+        phase, node, peak = timeline[peak_index]
+        return PeakEstimate(peak, phase, node, tuple(timeline))
+
+
 def predict_peak(
     forward: fx.GraphModule,
     backward: fx.GraphModule,
@@ -54,42 +137,14 @@ def predict_peak(
     fused: bool,
 ) -> PeakEstimate:
     """Walk both graphs; ``num_user_outputs`` leading forward outputs are the user's."""
-    live = 0
-    timeline: list[tuple[str, str, int]] = []
-    sizes: dict[str, int] = {}  # storage name -> bytes, while live (across both graphs)
-
-    def run(graph: fx.GraphModule, phase: str) -> None:
-        nonlocal live
-        nodes = list(graph.graph.nodes)
-        storage = _storages(nodes)
-        fused_away = _fused_away(nodes) if fused else set()
-        frees = _frees(nodes, storage)
-        for position, node in enumerate(nodes):
-            allocates = storage[node] is node and node not in fused_away and not _is_result(node)
-            if node.op == "call_function" and allocates:
-                # A multi-output op allocates every result; each lives as long as its getitem.
-                results = _results(node)
-                for owner, value in results.items():
-                    size = hints.evaluate(tensor_bytes(value))
-                    sizes[owner] = sizes.get(owner, 0) + size
-                    live += size
-            timeline.append((phase, node.name, live))
-            for name in frees.get(position, ()):
-                live -= sizes.pop(name, 0)  # inputs that predate the step were never counted
-
-    run(forward, "forward")
+    walk = Walk(NodeFacts(hints), fused)
+    walk.run("forward", list(forward.graph.nodes), _graph_outputs(forward))
     saved = {n.name for n in _outputs(forward)[num_user_outputs:] if isinstance(n, fx.Node)}
     for tangent in backward.graph.find_nodes(op="placeholder"):
         if tangent.name not in saved and isinstance(tangent.meta.get("val"), torch.Tensor):
-            size = hints.evaluate(tensor_bytes(tangent.meta["val"]))  # autograd's incoming gradient
-            sizes[tangent.name] = size
-            live += size
-    run(backward, "backward")
-    if not timeline:
-        return PeakEstimate(0, "forward", "", ())
-    peak_index = max(range(len(timeline)), key=lambda i: (timeline[i][2], -i))
-    phase, node, peak = timeline[peak_index]
-    return PeakEstimate(peak, phase, node, tuple(timeline))
+            walk.allocate(tangent, tangent.name, tangent.meta["val"])  # autograd's incoming gradient
+    walk.run("backward", list(backward.graph.nodes), _graph_outputs(backward))
+    return walk.estimate()
 
 
 def _outputs(graph: fx.GraphModule) -> Sequence[object]:
@@ -98,18 +153,22 @@ def _outputs(graph: fx.GraphModule) -> Sequence[object]:
     return values if isinstance(values, list | tuple) else (values,)
 
 
-def _results(node: fx.Node, val: object = None) -> dict[str, object]:
+def _graph_outputs(graph: fx.GraphModule) -> set[fx.Node]:
+    return {n for n in _outputs(graph) if isinstance(n, fx.Node)}
+
+
+def _results(node: fx.Node, members: Collection[fx.Node], val: object = None) -> dict[str, object]:
     """The values ``node`` allocates, by the name of the storage that holds each: its own
     for one tensor; for a multi-output op, each result's getitem, through nested tuples
     (results nobody reads are held by the op's own name and freed after it)."""
     val = node.meta.get("val") if val is None else val
     if not isinstance(val, list | tuple):
         return {node.name: val}
-    readers = {user.args[1]: user for user in node.users if user.target is operator.getitem}
+    readers = {u.args[1]: u for u in node.users if u.target is operator.getitem and u in members}
     results: dict[str, object] = {}
     for index, value in enumerate(val):
         reader = readers.get(index)
-        parts = _results(reader, value) if reader is not None else {node.name: value}
+        parts = _results(reader, members, value) if reader is not None else {node.name: value}
         for owner, part in parts.items():
             results[owner] = (*results.get(owner, ()), part)  # type: ignore[misc]
     return results
@@ -121,47 +180,54 @@ def _is_result(node: fx.Node) -> bool:
     return isinstance(parent, fx.Node) and isinstance(parent.meta.get("val"), list | tuple)
 
 
-def _aliases_input(node: fx.Node) -> bool:
+def _aliases_input(node: fx.Node, kind: Callable[[fx.Node], OpKind]) -> bool:
     """Views and in-place ops share an input's storage."""
     if node.target is operator.getitem:
         return not _is_result(node)
-    if classify(node) is OpKind.VIEW:
+    if kind(node) is OpKind.VIEW:
         return True
     schema = getattr(node.target, "_schema", None)
     return schema is not None and any(r.alias_info is not None for r in schema.returns)
 
 
-def _storages(nodes: Sequence[fx.Node]) -> dict[fx.Node, fx.Node]:
-    """Each node's storage owner: itself, or (through views) the value it aliases."""
+def _storages(nodes: Sequence[fx.Node], kind: Callable[[fx.Node], OpKind]) -> dict[fx.Node, fx.Node]:
+    """Each node's storage owner: itself, or (through views) the value it aliases, which
+    may come from an earlier phase."""
     owner: dict[fx.Node, fx.Node] = {}
     for node in nodes:
         base = node.all_input_nodes[0] if node.op == "call_function" and node.all_input_nodes else None
-        owner[node] = owner[base] if base is not None and _aliases_input(node) else node
+        owner[node] = owner.get(base, base) if base is not None and _aliases_input(node, kind) else node
     return owner
 
 
-def _frees(nodes: Sequence[fx.Node], storage: dict[fx.Node, fx.Node]) -> dict[int, list[str]]:
+def _frees(
+    nodes: Sequence[fx.Node], storage: dict[fx.Node, fx.Node], kept: set[fx.Node]
+) -> dict[int, list[str]]:
     """Storage names freed after each position: at the last use of the storage or of any
-    view of it; never for what the graph outputs (it outlives the graph)."""
+    view of it; never what outlives the phase (``kept``, or a view of it)."""
     last: dict[fx.Node, int] = {}
     for position, node in enumerate(nodes):
         for value in (node, *node.all_input_nodes):
-            last[storage[value]] = position
-    outputs = {storage[arg] for node in nodes if node.op == "output" for arg in node.all_input_nodes}
+            last[storage.get(value, value)] = position
+    kept_storage = {storage.get(node, node) for node in kept}
     frees: dict[int, list[str]] = {}
     for owner, position in last.items():
-        if owner not in outputs:
+        if owner not in kept_storage:
             frees.setdefault(position, []).append(owner.name)
     return frees
 
 
-def _fused_away(nodes: Sequence[fx.Node]) -> set[fx.Node]:
-    """Pointwise values Inductor computes inside their consumers' kernels (never a graph
-    output: a consumer that is the output node does not fuse)."""
+def _fused_away(
+    nodes: Sequence[fx.Node], kept: set[fx.Node], kind: Callable[[fx.Node], OpKind]
+) -> set[fx.Node]:
+    """Pointwise values Inductor computes inside their consumers' kernels (never one that
+    outlives the phase: a graph output is written to memory)."""
+    members = set(nodes)
     away: set[fx.Node] = set()
     for node in nodes:
-        if node.op != "call_function" or classify(node) is not OpKind.POINTWISE:
+        if node.op != "call_function" or node in kept or kind(node) is not OpKind.POINTWISE:
             continue
-        if all(user.op == "call_function" and classify(user) in _FUSING_CONSUMERS for user in node.users):
+        readers = [user for user in node.users if user in members]
+        if all(user.op == "call_function" and kind(user) in _FUSING_CONSUMERS for user in readers):
             away.add(node)
     return away

@@ -7,6 +7,7 @@ import hashlib
 import logging
 import traceback
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from recompute_pass.extraction import Partition, extract
 from recompute_pass.joint_graph import RegionBudgetError, analyze, prepare
 from recompute_pass.liveness import PeakEstimate, predict_peak
 from recompute_pass.options import RecomputeOptions
+from recompute_pass.plan_peak import JointSchedule
 from recompute_pass.problem import Plan
 from recompute_pass.report import PartitionReport, build_report, publish
 from recompute_pass.solve import decide
@@ -82,29 +84,59 @@ def partition(
         )
     costed = build_problem(joint, resolve_device(options.device, joint))
     fused = compiler == "inductor"
+    schedule = JointSchedule.of(joint, costed.hints)
 
     def peak_of(plan: Plan) -> int:
-        return realize(costed, plan, fused=fused)[1].peak_bytes
+        nodes = PlanNodes.of(costed, plan)
+        states = nodes.state_bytes(costed)
+        return schedule.peak(set(nodes.saved), nodes.recomputed, states, fused=fused).peak_bytes
 
-    decision = decide(costed.problem, options, peak_of)
-    result, peak = realize(costed, decision.plan, fused=fused)
+    realized: dict[Plan, tuple[Partition, PeakEstimate]] = {}
+
+    def realize_once(plan: Plan) -> tuple[Partition, PeakEstimate]:
+        if plan not in realized:
+            realized[plan] = realize(costed, plan, fused=fused)
+        return realized[plan]
+
+    decision = decide(costed.problem, options, peak_of, lambda plan: realize_once(plan)[1].peak_bytes)
+    result, peak = realize_once(decision.plan)
     report = build_report(costed, decision, result, peak)
     return result.forward, result.backward, report
 
 
+@dataclass(frozen=True)
+class PlanNodes:
+    """A plan in the joint graph's nodes."""
+
+    saved: tuple[fx.Node, ...]  # in item order
+    recomputed: frozenset[fx.Node]
+    states: tuple[int, ...]  # generator-state items saved, each replaying one draw
+    replayed: tuple[fx.Node, ...]  # those draws
+
+    @staticmethod
+    def of(costed: Costed, plan: Plan) -> PlanNodes:
+        candidates = costed.joint.candidates
+        states = tuple(sorted(plan.saved & costed.rng_states.keys()))
+        return PlanNodes(
+            saved=tuple(candidates[i].node for i in sorted(plan.saved) if i < len(candidates)),
+            recomputed=frozenset(candidates[i].node for i in plan.recomputed),
+            states=states,
+            replayed=tuple(candidates[costed.rng_states[i]].node for i in states),
+        )
+
+    def state_bytes(self, costed: Costed) -> dict[str, int]:
+        items = costed.problem.items
+        return {node.name: items[i].size for i, node in zip(self.states, self.replayed, strict=True)}
+
+
 def realize(costed: Costed, plan: Plan, *, fused: bool) -> tuple[Partition, PeakEstimate]:
     """The graphs a plan runs as, and their predicted peak (``fused``: Inductor compiles them)."""
-    joint = costed.joint
-    candidates = joint.candidates
-    saved = [candidates[i].node for i in sorted(plan.saved) if i < len(candidates)]
-    recomputed = {candidates[i].node for i in plan.recomputed}
-    states = sorted(plan.saved & costed.rng_states.keys())
-    replayed = [candidates[costed.rng_states[i]].node for i in states]
-    result = extract(joint, saved, recomputed, replayed)
+    nodes = PlanNodes.of(costed, plan)
+    result = extract(costed.joint, list(nodes.saved), set(nodes.recomputed), list(nodes.replayed))
     peak = predict_peak(
         result.forward,
         result.backward,
-        num_user_outputs=joint.num_fwd_outputs,
+        num_user_outputs=costed.joint.num_fwd_outputs,
         hints=costed.hints,
         fused=fused,
     )

@@ -35,6 +35,11 @@ from recompute_pass.strategies.strategy_sqrt_n import segment_policy
 
 log = logging.getLogger(__name__)
 
+# Plans whose exact peak is checked against the budget, cheapest first, and how far above
+# the budget an estimate may be and still be checked.
+_VERIFIED = 4
+_ESTIMATE_SLACK = 0.03
+
 
 @dataclass(frozen=True)
 class PeakChoice:
@@ -63,13 +68,15 @@ def choose_by_peak(
     problem: Problem,
     frontier: tuple[Plan, ...],
     peak_of: Callable[[Plan], int],
+    exact_peak_of: Callable[[Plan], int],
     *,
     ratio: float | None,
     cap: int | None,
     deadline: float,
 ) -> PeakChoice:
     """``frontier``: the saved-bytes hull, fewest bytes first, the fastest plan last.
-    ``ratio`` or ``cap`` (bytes) sets the budget."""
+    ``ratio`` or ``cap`` (bytes) sets the budget. ``peak_of`` estimates a plan's peak
+    quickly; ``exact_peak_of`` is what the report will say, checked for the choice."""
     fastest = frontier[-1]
     candidates = list(dict.fromkeys([fastest, *reversed(frontier[:-1]), *segment_plans(problem)]))
     scored: dict[Plan, tuple[int, float]] = {}
@@ -79,11 +86,21 @@ def choose_by_peak(
             notes.append(f"peak search stopped by the time limit after {len(scored)} plans")
             break
         scored[plan] = (peak_of(plan), plan.cost(problem))
-    min_peak = min(peak for peak, _ in scored.values())
-    max_peak = scored[fastest][0]
+    # The estimate ranks plans; the exact prediction (what the report will say) sets the
+    # range's ends and decides: the two differ by a percent or two (replayed draws).
+    exact: dict[Plan, int] = {}
+
+    def exact_of(plan: Plan) -> int:
+        if plan not in exact:
+            exact[plan] = exact_peak_of(plan)
+        return exact[plan]
+
+    lowest = min(scored, key=lambda p: (scored[p][0], scored[p][1]))
+    min_peak = min(exact_of(lowest), exact_of(fastest))
+    max_peak = exact_of(fastest)
     if cap is None:
         assert ratio is not None
-        budget = min_peak + int(max(max_peak - min_peak, 0) * ratio)
+        budget = min_peak + int((max_peak - min_peak) * ratio)
     else:
         budget = cap
         if cap < min_peak:
@@ -95,17 +112,19 @@ def choose_by_peak(
             )
             notes.append(f"peak cap {cap} B infeasible; lowest-peak plan used")
             budget = min_peak
-    fitting = [(cost, peak, i) for i, (plan, (peak, cost)) in enumerate(scored.items()) if peak <= budget]
-    _, _, best = min(fitting)
-    plan = list(scored)[best]
+    ranked = sorted(scored, key=lambda p: (scored[p][1], scored[p][0]))  # cheapest first
+    tried = [p for p in ranked if scored[p][0] <= budget * (1 + _ESTIMATE_SLACK)][:_VERIFIED]
+    fitting = [p for p in (*tried, lowest, fastest) if exact_of(p) <= budget]
+    plan = min(fitting, key=lambda p: (scored[p][1], exact[p]))
     notes.append(f"peak search over {len(scored)} plans")
-    return PeakChoice(plan, budget, min_peak, max_peak, _pareto(scored.values()), tuple(notes))
+    points = [(exact.get(p, peak), cost) for p, (peak, cost) in scored.items()]
+    return PeakChoice(plan, budget, min_peak, max_peak, _pareto(points), tuple(notes))
 
 
-def _pareto(points: object) -> tuple[tuple[int, float], ...]:
+def _pareto(points: list[tuple[int, float]]) -> tuple[tuple[int, float], ...]:
     """(peak, cost) points no other point beats on both, lowest peak first."""
     result: list[tuple[int, float]] = []
-    for peak, cost in sorted(set(points)):  # type: ignore[call-overload]
+    for peak, cost in sorted(set(points)):
         if not result or cost < result[-1][1]:
             result.append((peak, cost))
     return tuple(result)

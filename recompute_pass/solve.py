@@ -44,21 +44,26 @@ class Decision:
 
 
 def decide(
-    problem: Problem, options: RecomputeOptions, peak_of: Callable[[Plan], int] | None = None
+    problem: Problem,
+    options: RecomputeOptions,
+    peak_of: Callable[[Plan], int] | None = None,
+    exact_peak_of: Callable[[Plan], int] | None = None,
 ) -> Decision:
-    """``peak_of``: a plan's predicted peak, needed when the budget is over the peak."""
+    """``peak_of``/``exact_peak_of``: a plan's predicted peak, estimated fast / as its
+    extracted graphs give it; needed when the budget is over the peak."""
     start = time.perf_counter()
     deadline = time.monotonic() + options.time_limit
     relaxation = Relaxation.of(problem)
     # Fewest bytes first, cheapest last; within the time limit, coarser but exact.
     frontier = hull(relaxation, deadline=deadline)
     if options.budgets_peak and options.solver in ("milp", "mincut"):
-        if peak_of is None:
-            raise ValueError("a peak budget needs the plans' predicted peaks (peak_of)")
+        if peak_of is None or exact_peak_of is None:
+            raise ValueError("a peak budget needs the plans' predicted peaks (peak_of, exact_peak_of)")
         choice = choose_by_peak(
             problem,
             frontier,
             peak_of,
+            exact_peak_of,
             ratio=None if options.peak_memory_bytes is not None else options.memory_budget,
             cap=options.peak_memory_bytes,
             deadline=deadline,

@@ -46,7 +46,7 @@ from torch._inductor.compile_fx import compile_fx, select_decomp_table
 from torch._inductor.custom_graph_pass import CustomPartitionerFn
 from torch._inductor.graph import GraphLowering
 from torch._ops import HigherOrderOperator, OpOverload
-from torch._prims.rng_prims import run_with_rng_state
+from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
 from torch.fx.experimental.proxy_tensor import is_sym_node
 from torch.fx.traceback import _get_memory_budget_annotation
 
@@ -111,13 +111,32 @@ def functionalize_rng_ops(
     It builds the state's fake value under the ambient fake mode, which a partition run
     outside AOTAutograd (snapshots, benchmarks) lacks: use the joint graph's own then.
     """
+    draws = [(n.name, n.meta.get("val")) for n in backward.graph.nodes if _is_seeded(n)]
     with contextlib.ExitStack() as stack:
         if detect_fake_mode() is None:
             vals = [n.meta.get("val") for n in joint.graph.find_nodes(op="placeholder")]
             fake_mode = detect_fake_mode(vals)
             if fake_mode is not None:
                 stack.enter_context(fake_mode)
-        return _functionalize_rng_ops(joint, forward, backward, num_saved_sym)
+        forward, backward = _functionalize_rng_ops(joint, forward, backward, num_saved_sym)
+    # Torch leaves the new nodes without ``meta["val"]``, which memory accounting reads:
+    # a forward wrapper yields (state, the draw's value), a backward one the draw's value
+    # (each replaces a draw in place, so in graph order they match the draws replaced).
+    for node in forward.graph.nodes:
+        if node.target is run_and_save_rng_state and "val" not in node.meta:
+            results = {user.args[1]: user.meta.get("val") for user in node.users}
+            node.meta["val"] = (results.get(0), results.get(1))
+    remaining = {n.name for n in backward.graph.nodes if _is_seeded(n)}
+    replaced = [val for name, val in draws if name not in remaining]
+    replays = [n for n in backward.graph.nodes if n.target is run_with_rng_state and "val" not in n.meta]
+    for node, val in zip(replays, replaced, strict=True):
+        node.meta["val"] = val
+    return forward, backward
+
+
+def _is_seeded(node: fx.Node) -> bool:
+    tags = getattr(node.target, "tags", ())
+    return node.op == "call_function" and torch.Tag.nondeterministic_seeded in tags
 
 
 def is_subgraph_body_call(joint_inputs: Sequence[object]) -> bool:
