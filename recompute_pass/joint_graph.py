@@ -206,6 +206,11 @@ def _candidate(node: fx.Node, inputs: tuple[fx.Node, ...], *, forward: bool, sta
         if rng_state_bytes is None:
             can_recompute = False
             reasons.append("random, not replayable")
+    elif kind == OpKind.COLLECTIVE and not ti.functorch_config.unsafe_allow_optimization_of_collectives:
+        # Recomputing one doubles its communication, even where a checkpoint region asks for
+        # it (PyTorch honours that tag; we save the result instead).
+        can_recompute = False
+        reasons.append("collective")
     elif isinstance(node.target, ti.HigherOrderOperator):
         can_recompute = False
         reasons.append("higher-order op")
