@@ -76,7 +76,9 @@ def partition(
     """``compiler="inductor"`` when Inductor will compile the result (it changes what a
     saved parameter costs); ``None`` when the graphs run as they are."""
     prepare(module)
-    static = charged_static_inputs(module, static_lifetime_input_indices, compiler)
+    primals = [n for n in module.graph.nodes if ti.is_primal(n)]
+    static = ti.flat_static_input_indices(primals, static_lifetime_input_indices)
+    static = charged_static_inputs(module, static, compiler)
     joint = analyze(module, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=static)
     if joint.region_budget is not None:  # the user's word for this graph overrides the global one
         options = options.replace(

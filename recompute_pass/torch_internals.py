@@ -17,6 +17,12 @@ from torch import fx
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.backends.debugging import get_nop_func
 from torch._functorch import config as functorch_config
+from torch._functorch._aot_autograd.descriptors import (
+    PlainAOTInput,
+    SubclassGetAttrAOTInput,
+    SubclassSizeAOTInput,
+    SubclassStrideAOTInput,
+)
 from torch._functorch._aot_autograd.utils import (
     _is_bwd_seed_offset,
     _is_fwd_seed_offset,
@@ -53,6 +59,8 @@ from torch.fx.traceback import _get_memory_budget_annotation
 __all__ = [
     "CustomPartitionerFn",
     "HigherOrderOperator",
+    "PlainAOTInput",
+    "SubclassGetAttrAOTInput",
     "aot_autograd",
     "classify_nodes",
     "cleanup_recompute_tags",
@@ -62,6 +70,7 @@ __all__ = [
     "eager_aot_backend",
     "extract_fwd_bwd_modules",
     "extract_fwd_bwd_outputs",
+    "flat_static_input_indices",
     "force_save_bw_mutation_src",
     "force_save_collectives",
     "force_save_effectful_ops",
@@ -208,3 +217,32 @@ def eager_aot_backend(partition_fn: Callable[..., Any]) -> Callable[..., Any]:
         decompositions=select_decomp_table,
         partition_fn=partition_fn,
     )
+
+
+_SUBCLASS_PARTS = (SubclassGetAttrAOTInput, SubclassSizeAOTInput, SubclassStrideAOTInput)
+
+
+def flat_static_input_indices(primals: Sequence[fx.Node], indices: Sequence[int]) -> list[int]:
+    """The static-lifetime indices among the joint graph's primals.
+
+    Torch 2.13 passes the partitioner the static indices of the inputs *before* tensor
+    subclasses (DTensor under tensor parallelism) are flattened into their parts, while the
+    joint graph's primals are the parts: the indices then point at the wrong placeholders
+    (a mesh tensor counted as a parameter, the last parameters as activations). Each
+    primal's AOTAutograd descriptor names the input it came from, so map them back. Left
+    as given when no primal is a subclass part, or when a descriptor is not understood.
+    """
+    descs = [node.meta.get("desc") for node in primals]
+    if not any(isinstance(d, _SUBCLASS_PARTS) for d in descs):
+        return list(indices)
+    roots = []
+    for desc in descs:
+        while isinstance(desc, _SUBCLASS_PARTS):
+            desc = desc.base
+        if not isinstance(desc, PlainAOTInput):
+            return list(indices)
+        roots.append(desc.idx)
+    outer = set(indices)
+    if len(outer) > max(roots) + 1:  # already per primal: nothing to map
+        return list(indices)
+    return [i for i, root in enumerate(roots) if root in outer]

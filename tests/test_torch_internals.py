@@ -28,7 +28,12 @@ CONFIG_SETTINGS = {
         "enable_autograd_cache",
         "unsafe_allow_optimization_of_collectives",
     ),
-    "inductor_config": ("custom_partitioner_fn", "fallback_random", "force_disable_caches", "fx_graph_cache"),
+    "inductor_config": (
+        "custom_partitioner_fn",
+        "fallback_random",
+        "force_disable_caches",
+        "fx_graph_cache",
+    ),
 }
 NOT_CALLABLE = {(cost_ti, "flop_registry")}
 
@@ -117,3 +122,25 @@ def test_flop_formulas() -> None:
     assert cost_ti.sdpa_backward_flop_count(q, q, q, q) > cost_ti.sdpa_flop_count(q, q, q)
     x = sympy.Symbol("s0", positive=True, integer=True)  # symbolic sizes give expressions
     assert cost_ti.mm_flop((x, 3), (3, 4)) == 24 * x
+
+
+def test_static_indices_of_flattened_subclasses_are_mapped_onto_primals() -> None:
+    """Torch 2.13 hands the partitioner static indices of the inputs before DTensor
+    parameters are flattened (local tensor, mesh): map them through the descriptors."""
+    graph = torch.fx.Graph()
+    plain, part = pass_ti.PlainAOTInput, pass_ti.SubclassGetAttrAOTInput
+    descs = [
+        plain(0),  # the batch
+        part(plain(1), "_local_tensor"),  # a DTensor parameter: static
+        part(plain(1), "device_mesh"),
+        plain(2),  # a plain parameter: static
+    ]
+    primals = []
+    for i, desc in enumerate(descs):
+        node = graph.placeholder(f"primals_{i + 1}")
+        node.meta["desc"] = desc
+        primals.append(node)
+    assert pass_ti.flat_static_input_indices(primals, [1, 2]) == [1, 2, 3]
+    for node in primals:  # no subclass: the indices are already per primal
+        node.meta["desc"] = plain(int(node.name[-1]) - 1)
+    assert pass_ti.flat_static_input_indices(primals, [1, 2]) == [1, 2]
