@@ -45,6 +45,9 @@ class RecomputeOptions:
         best plan found so far.
     fallback: on an internal error, partition with PyTorch's default partitioner (with a
         warning) instead of failing the compile.
+    sync_plans: under an initialised process group of more than one rank, check at compile
+        time that every rank chose the same plan, and make every rank use rank 0's when
+        not (``recompute_pass.plan_sync``); no effect in a single process.
     """
 
     memory_budget: float = 1.0
@@ -55,6 +58,7 @@ class RecomputeOptions:
     device: str | DeviceProfile = "auto"
     time_limit: float = 10.0
     fallback: bool = True
+    sync_plans: bool = True
 
     def __post_init__(self) -> None:
         budget = self.memory_budget
@@ -85,6 +89,8 @@ class RecomputeOptions:
             raise _fail("time_limit", limit, "a finite positive number of seconds")
         if not isinstance(self.fallback, bool):
             raise _fail("fallback", self.fallback, "True or False")
+        if not isinstance(self.sync_plans, bool):
+            raise _fail("sync_plans", self.sync_plans, "True or False")
 
     @property
     def budgets_peak(self) -> bool:

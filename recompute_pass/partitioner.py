@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -21,6 +22,7 @@ from recompute_pass.joint_graph import RegionBudgetError, analyze, prepare
 from recompute_pass.liveness import PeakEstimate, predict_peak
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.plan_peak import JointSchedule
+from recompute_pass.plan_sync import PlanSyncError, agree, partition_digest, rank_and_world
 from recompute_pass.problem import Plan
 from recompute_pass.report import PartitionReport, build_report, publish
 from recompute_pass.solve import decide
@@ -101,8 +103,13 @@ def partition(
         return realized[plan]
 
     decision = decide(costed.problem, options, peak_of, lambda plan: realize_once(plan)[1].peak_bytes)
+    # Under a process group: every rank's plan is rank 0's (or was equal to it already).
+    synced = agree(costed, decision, options)
+    decision = synced.decision
     result, peak = realize_once(decision.plan)
+    rank, world = rank_and_world()
     report = build_report(costed, decision, result, peak)
+    report = dataclasses.replace(report, plan_digest=synced.digest, rank=rank, world_size=world)
     return result.forward, result.backward, report
 
 
@@ -173,20 +180,23 @@ class RecomputePartitioner(ti.CustomPartitionerFn):
                 options=self.options,
                 compiler=kwargs.get("compiler"),
             )
-        except RegionBudgetError:
+        except (RegionBudgetError, PlanSyncError):
             raise
         except Exception as error:
             if not self.options.fallback:
                 raise
             log.debug("recompute_pass failure:\n%s", traceback.format_exc())
-            publish(_fallback_report(self.options, f"{type(error).__name__}: {error}"))
             # The caller's own arguments: ``compiler`` is Inductor's alone, absent from AOTAutograd.
-            return ti.min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+            forward, backward = ti.min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+            cause = f"{type(error).__name__}: {error}"
+            publish(_fallback_report(self.options, cause, partition_digest(forward, backward)))
+            return forward, backward
         publish(report)
         return forward, backward
 
 
-def _fallback_report(options: RecomputeOptions, cause: str) -> PartitionReport:
+def _fallback_report(options: RecomputeOptions, cause: str, digest: str) -> PartitionReport:
+    rank, world = rank_and_world()
     return PartitionReport(
         budget_ratio=None if options.memory_budget_bytes is not None else options.memory_budget,
         budget_bytes=None,
@@ -203,4 +213,7 @@ def _fallback_report(options: RecomputeOptions, cause: str) -> PartitionReport:
         saved=(),
         recomputed=(),
         fallback=cause,
+        plan_digest=digest,
+        rank=rank,
+        world_size=world,
     )

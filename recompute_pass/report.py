@@ -84,6 +84,14 @@ class PartitionReport:
     # What the budget fields measure: "saved" activation bytes, or the step's "peak"; in
     # the latter case ``frontier`` holds (predicted peak, estimated overhead) points.
     budget_kind: str = "saved"
+    # Identifies the plan: a hash of the graph and of the saved/recomputed names, equal on
+    # two ranks that partitioned the same graph the same way (``recompute_pass.plan_sync``).
+    # Not in ``to_text``: the text pins decisions, not hashes.
+    plan_digest: str = ""
+    # Under a process group: this rank, and how many. Every byte figure is this rank's:
+    # activations of its local batch (sharded or all-gathered parameters are static inputs).
+    rank: int = 0
+    world_size: int = 1
 
     def summary(self) -> str:
         if self.fallback:
@@ -95,6 +103,7 @@ class PartitionReport:
             f"recompute {_fmt_count(self.recompute_flops)} FLOP"
             f" ~{_fmt_seconds(self.estimated_recompute_time)}, "
             f"{self.solver}{' optimal' if self.optimal else ''} in {self.solve_seconds:.3f}s"
+            + (f", rank {self.rank} of {self.world_size}" if self.world_size > 1 else "")
         )
 
     def to_text(self) -> str:
@@ -249,9 +258,7 @@ def publish(report: PartitionReport) -> None:
 
 def _unreplayable_draws(costed: Costed, names: dict[fx.Node, str]) -> tuple[str, ...]:
     """Random draws backward cannot replay, so they are never recomputed: say which."""
-    draws = [
-        names[c.node] for c in costed.joint.candidates if c.cost.is_random and not c.can_recompute
-    ]
+    draws = [names[c.node] for c in costed.joint.candidates if c.cost.is_random and not c.can_recompute]
     return (f"random, not replayable, never recomputed: {', '.join(draws)}",) if draws else ()
 
 

@@ -9,7 +9,7 @@ disappears.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -53,8 +53,10 @@ from torch._inductor.custom_graph_pass import CustomPartitionerFn
 from torch._inductor.graph import GraphLowering
 from torch._ops import HigherOrderOperator, OpOverload
 from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.experimental.proxy_tensor import is_sym_node
 from torch.fx.traceback import _get_memory_budget_annotation
+from torch.utils._mode_utils import no_dispatch
 
 __all__ = [
     "CustomPartitionerFn",
@@ -85,6 +87,8 @@ __all__ = [
     "is_primal",
     "is_sym_node",
     "is_tangent",
+    "object_collective_device",
+    "real_tensors",
     "min_cut_rematerialization_partition",
     "must_be_in_backward",
     "must_be_in_forward",
@@ -246,3 +250,19 @@ def flat_static_input_indices(primals: Sequence[fx.Node], indices: Sequence[int]
     if len(outer) > max(roots) + 1:  # already per primal: nothing to map
         return list(indices)
     return [i for i, root in enumerate(roots) if root in outer]
+
+
+@contextlib.contextmanager
+def real_tensors() -> Iterator[None]:
+    """Real tensors inside a compile (a partitioner runs under AOTAutograd's fake mode),
+    for the few collectives the partitioner itself issues."""
+    with no_dispatch(), unset_fake_temporarily():
+        yield
+
+
+def object_collective_device(group: object = None) -> torch.device:
+    """Where the process group's backend takes tensors for object collectives (the CPU for
+    gloo, the current GPU for NCCL), as ``torch.distributed.all_gather_object`` picks it."""
+    from torch.distributed.distributed_c10d import _get_object_coll_device
+
+    return torch.device(_get_object_coll_device(group))

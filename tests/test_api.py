@@ -61,6 +61,32 @@ def test_uuid_covers_every_option() -> None:
         {"device": "h100"},
         {"time_limit": 3.0},
         {"fallback": False},
+        {"sync_plans": False},
     ]
     uuids = {RecomputePartitioner(RecomputeOptions(**v)).uuid() for v in variants}
     assert base.uuid() not in uuids and len(uuids) == len(variants)
+
+
+def test_plan_digest_identifies_the_plan_and_stays_out_of_the_text() -> None:
+    """Same graph and plan: same digest (the distributed tests compare it across processes);
+    another plan: another digest. The text form pins decisions only."""
+    torch.compiler.reset()
+    weight = torch.randn(16, 16, requires_grad=True)
+
+    def step(budget: float) -> recompute_pass.PartitionReport:
+        torch.compiler.reset()
+        fn = torch.compile(
+            lambda x: torch.tanh(torch.sin(x @ weight) @ weight).sum(),
+            backend=recompute_pass.recompute_eager_backend.with_options(memory_budget=budget),
+        )
+        with capture_reports() as reports:
+            fn(torch.randn(4, 16)).backward()
+        (report,) = reports
+        return report
+
+    first, again, low = step(1.0), step(1.0), step(0.0)
+    assert len(first.plan_digest) == 64 and first.plan_digest == again.plan_digest
+    assert [s.name for s in first.saved] != [s.name for s in low.saved]
+    assert low.plan_digest != first.plan_digest
+    assert first.plan_digest not in first.to_text()
+    assert (first.rank, first.world_size) == (0, 1) and "rank" not in first.summary()

@@ -61,6 +61,8 @@ BAD = [
     ("time_limit", math.nan, "positive"),
     ("time_limit", math.inf, "finite"),
     ("fallback", "yes", "True or False"),
+    ("sync_plans", "auto", "True or False"),
+    ("sync_plans", 1, "True or False"),
 ]
 
 
@@ -89,6 +91,7 @@ def test_bad_option_raises_value_error_naming_it(option: str, value: Any, valid:
         ("solver", "mincut"),
         ("device", "h100"),
         ("time_limit", 0.5),
+        ("sync_plans", False),
     ],
     ids=repr,
 )

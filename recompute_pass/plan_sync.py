@@ -1,0 +1,217 @@
+"""The same plan on every rank.
+
+Ranks that partition one graph differently run different forward and backward graphs:
+their memory differs, and once Inductor schedules them, the collectives in them may be
+issued in a different order, which deadlocks. The solver is deterministic, but what it is
+given need not be equal on every rank: a per-rank device profile (a measured calibration),
+the MILP's time limit, a size hint.
+
+So each plan gets a digest: a hash of the joint graph and of the saved/recomputed names
+(``PartitionReport.plan_digest``). Under an initialised process group of more than one
+rank (option ``sync_plans``), the partitioner all-gathers it on the default group at
+compile time: one collective of 64 bytes per graph. On a mismatch, every rank takes rank
+0's plan: rank 0 broadcasts its saved and recomputed names, the others rebuild that plan
+on their own graph and check it, and a second all-gather confirms that every rank holds it.
+Each process logs one warning; a rank that cannot rebuild the plan (its graph differs)
+makes every rank raise ``PlanSyncError`` rather than train with different plans.
+
+Assumption: every rank of the default group partitions the same graphs, in the same order,
+at the same time (SPMD: DDP, FSDP2, tensor parallel; the partitioner runs inside each
+rank's compile). It does not hold for pipeline stages, rank-dependent graph breaks or
+recompiles, or a compile cache warm on some ranks only: the all-gather then pairs unrelated
+graphs, or waits for the process group's timeout. Use ``sync_plans=False`` there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import fx
+
+from recompute_pass import torch_internals as ti
+from recompute_pass.costing import Costed
+from recompute_pass.options import RecomputeOptions
+from recompute_pass.problem import Plan
+from recompute_pass.report import canonical_names, describe_shape
+from recompute_pass.solve import Decision
+
+log = logging.getLogger(__name__)
+
+_HASH_BYTES = 32  # sha256
+
+
+class PlanSyncError(RuntimeError):
+    """Ranks could not agree on a plan (their graphs differ). Raised on every rank, never
+    turned into a fallback: a fallback on some ranks only is what this module prevents."""
+
+
+@dataclass(frozen=True)
+class Synced:
+    decision: Decision  # the rank's own, or rank 0's plan rebuilt on this rank
+    digest: str  # ``PartitionReport.plan_digest``
+
+
+def rank_and_world() -> tuple[int, int]:
+    """This process's rank in the default group and the group's size; (0, 1) without one."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def agree(costed: Costed, decision: Decision, options: RecomputeOptions) -> Synced:
+    """The plan every rank uses, and its digest (see the module docstring)."""
+    keys = item_keys(costed)
+    graph = graph_digest(costed.joint.module.graph)
+    own = _plan_hash(keys, decision.plan)
+    rank, world = rank_and_world()
+    if not options.sync_plans or world == 1:
+        return Synced(decision, _digest(graph, own))
+    with ti.real_tensors():
+        gathered = _all_gather(graph + own, world)
+        plans = [g[_HASH_BYTES:] for g in gathered]
+        if all(p == plans[0] for p in plans):
+            if any(g[:_HASH_BYTES] != graph for g in gathered):
+                log.debug("recompute_pass: graphs differ across ranks (shapes?), plans agree")
+            return Synced(decision, _digest(graph, own))
+        differ = [r for r, p in enumerate(plans) if p != plans[0]]
+        names: list[object] = [_plan_names(keys, decision.plan) if rank == 0 else None]
+        dist.broadcast_object_list(names, src=0)
+        adopted, error = decision, ""
+        if rank in differ:
+            try:
+                saved, recomputed = names[0]  # type: ignore[misc]
+                adopted = _adopt(costed, decision, keys, saved, recomputed)
+            except PlanSyncError as failure:
+                error = str(failure)
+        # Zeros from a rank that failed: every rank sees it and raises the same error.
+        mine = _plan_hash(keys, adopted.plan) if not error else bytes(_HASH_BYTES)
+        confirmed = [g[_HASH_BYTES:] for g in _all_gather(graph + mine, world)]
+    failed = [r for r, p in enumerate(confirmed) if p != plans[0]]
+    if failed:
+        raise PlanSyncError(
+            f"recompute_pass: rank(s) {failed} could not use rank 0's plan"
+            f"{': ' + error if error else ''}. Every rank must partition the same graphs in "
+            "the same order (not so under pipeline parallelism); set sync_plans=False if "
+            "ranks compile different graphs."
+        )
+    _warn(differ)
+    note = (
+        "plan of rank 0 (this rank's own differed)"
+        if rank in differ
+        else f"rank(s) {differ} planned differently and took rank 0's plan"
+    )
+    adopted = dataclasses.replace(adopted, notes=(*adopted.notes, note))
+    return Synced(adopted, _digest(graph, _plan_hash(keys, adopted.plan)))
+
+
+_warned = False
+
+
+def _warn(differ: list[int]) -> None:
+    """One warning per process; later mismatches at INFO (each report notes it too)."""
+    global _warned
+    message = (
+        "recompute_pass: partition plans differed across ranks (rank(s) %s against rank 0: "
+        "per-rank device profiles, a solver time limit?); every rank uses rank 0's plan"
+    )
+    if _warned:
+        log.info(message, differ)
+    else:
+        _warned = True
+        log.warning(message + "; further mismatches are logged at INFO", differ)
+
+
+def item_keys(costed: Costed) -> tuple[str, ...]:
+    """A name per problem item, equal across processes for the same graph: the report's
+    canonical node names, and ``<draw>/rng_state`` for a draw's generator state."""
+    candidates = costed.joint.candidates
+    names = canonical_names(costed.joint.module.graph.nodes)
+    keys = [names[c.node] for c in candidates]
+    keys += [f"{keys[costed.rng_states[i]]}/rng_state" for i in range(len(candidates), len(costed.problem))]
+    if len(set(keys)) != len(keys):
+        raise RuntimeError("recompute_pass: canonical node names are not unique")
+    return tuple(keys)
+
+
+def graph_digest(graph: fx.Graph) -> bytes:
+    """A hash of the graph's structure: per node its op, target, inputs (by position),
+    numeric constants, shape and dtype. Node names, devices and strings (process-group
+    names) are left out: they may differ between ranks running the same program."""
+    position: dict[fx.Node, int] = {}
+    digest = hashlib.sha256()
+    for i, node in enumerate(graph.nodes):
+        position[node] = i
+        target = node.target
+        if not isinstance(target, str):
+            name = getattr(target, "__name__", type(target).__name__)
+            target = f"{getattr(target, 'namespace', '')}::{name}"
+        elif node.op == "placeholder":
+            target = ""
+        args = _literal((node.args, node.kwargs), position)
+        shape, dtype = describe_shape(node.meta.get("val"))
+        digest.update(repr((node.op, target, args, shape, dtype)).encode())
+    return digest.digest()
+
+
+def partition_digest(forward: fx.GraphModule, backward: fx.GraphModule) -> str:
+    """The digest of a partition made by someone else (PyTorch's, on fallback): its graphs."""
+    return hashlib.sha256(graph_digest(forward.graph) + graph_digest(backward.graph)).hexdigest()
+
+
+def _literal(value: object, position: dict[fx.Node, int]) -> object:
+    if isinstance(value, fx.Node):
+        return f"%{position[value]}"
+    if isinstance(value, list | tuple):
+        return tuple(_literal(v, position) for v in value)
+    if isinstance(value, dict):
+        return tuple((k, _literal(v, position)) for k, v in value.items())
+    if value is None or isinstance(value, bool | int | float | torch.dtype):
+        return str(value)
+    return type(value).__name__
+
+
+def _plan_names(keys: Sequence[str], plan: Plan) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    return tuple(sorted(keys[i] for i in plan.saved)), tuple(sorted(keys[i] for i in plan.recomputed))
+
+
+def _plan_hash(keys: Sequence[str], plan: Plan) -> bytes:
+    saved, recomputed = _plan_names(keys, plan)
+    return hashlib.sha256(repr((saved, recomputed)).encode()).digest()
+
+
+def _digest(graph: bytes, plan: bytes) -> str:
+    return hashlib.sha256(graph + plan).hexdigest()
+
+
+def _all_gather(payload: bytes, world: int) -> list[bytes]:
+    """One all-gather of a fixed-size byte string on the default group."""
+    device = ti.object_collective_device()
+    mine = torch.tensor(list(payload), dtype=torch.uint8, device=device)
+    out = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(out, mine)
+    return [bytes(t.cpu().tolist()) for t in out]
+
+
+def _adopt(
+    costed: Costed, decision: Decision, keys: Sequence[str], saved: Sequence[str], recomputed: Sequence[str]
+) -> Decision:
+    """Rank 0's plan on this rank's graph, checked like any solver's plan."""
+    index = {key: i for i, key in enumerate(keys)}
+    missing = sorted(k for k in (*saved, *recomputed) if k not in index)
+    if missing:
+        raise PlanSyncError(f"its graph lacks values rank 0's plan names: {missing[:5]}")
+    plan = Plan(frozenset(index[k] for k in saved), frozenset(index[k] for k in recomputed))
+    violations = plan.violations(costed.problem)
+    if violations:
+        raise PlanSyncError(f"rank 0's plan is invalid on its graph: {violations[:5]}")
+    notes = decision.notes
+    size = plan.size(costed.problem)
+    if decision.budget_kind == "saved" and size > decision.budget_bytes:  # a peak: see the report
+        notes = (*notes, f"rank 0's plan is {size - decision.budget_bytes} B over this rank's budget")
+    return dataclasses.replace(decision, plan=plan, optimal=False, notes=notes)
