@@ -29,6 +29,7 @@ CONFIG_SETTINGS = {
         "unsafe_allow_optimization_of_collectives",
     ),
     "inductor_config": (
+        "compile_threads",
         "custom_partitioner_fn",
         "fallback_random",
         "force_disable_caches",

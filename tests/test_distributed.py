@@ -1,0 +1,303 @@
+"""DDP, FSDP2 and tensor parallelism with the recompute backend, on 2 gloo ranks (CPU).
+
+Each test spawns one process group and runs every budget inside it (a spawn costs seconds
+on 2 cores). Per rank and budget: gradients against one eager single-process step on the
+global batch, the plan digests of all ranks, and what the reports and graphs say about
+collectives and parameters. The rank functions return plain data; the asserts are here.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from recompute_pass import capture_reports, recompute_backend, recompute_eager_backend
+from recompute_pass import torch_internals as ti
+from tests.distributed_support import (
+    Recorder,
+    build,
+    full_grads,
+    global_batch,
+    reference_grads,
+    relative_error,
+    report_facts,
+    run_ranks,
+    warnings_logged,
+)
+
+pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed unavailable")
+
+BUDGETS = (1.0, 0.5, 0.0)
+TOLERANCE = 1e-5  # relative, fp32
+DDP_DIM = 256  # 1 MiB linears: DDP's 1 MiB buckets split the graph (DDPOptimizer)
+
+
+def _backend(budget: float, inductor: bool = False, **options: Any) -> tuple[Any, Recorder]:
+    """The recompute backend's partitioner, recorded (its graphs are inspected)."""
+    backend = (recompute_backend if inductor else recompute_eager_backend).with_options(
+        memory_budget=budget, **options
+    )
+    recorder = Recorder(backend.partitioner())
+    if not inductor:
+        return ti.eager_aot_backend(recorder), recorder
+
+    def compile_fx(gm: Any, example_inputs: Any) -> Any:
+        with ti.inductor_config.patch(custom_partitioner_fn=recorder):
+            return ti.compile_fx(gm, list(example_inputs))
+
+    return compile_fx, recorder
+
+
+def _step(module: torch.nn.Module, fn: Any, batch: torch.Tensor, recorder: Recorder) -> dict[str, Any]:
+    with capture_reports() as reports:
+        fn(batch).backward()
+    return {"reports": [report_facts(r) for r in reports], "graphs": recorder.graphs}
+
+
+# ---- rank functions (run in the spawned processes) ----
+
+
+def _ddp_rank(rank: int, world: int) -> dict[float, dict[str, Any]]:
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = build(DDP_DIM)
+    batch = global_batch(world, DDP_DIM)
+    expected = reference_grads(copy.deepcopy(model), batch)
+    out = {}
+    for budget in BUDGETS:
+        torch._dynamo.reset()
+        ddp = DistributedDataParallel(copy.deepcopy(model), bucket_cap_mb=1)
+        backend, recorder = _backend(budget)
+        result = _step(ddp, torch.compile(ddp, backend=backend), batch.chunk(world)[rank], recorder)
+        result["error"] = relative_error(full_grads(ddp.module), expected)
+        out[budget] = result
+    return out
+
+
+def _fsdp(model: torch.nn.Module, backend: Any) -> torch.nn.Module:
+    """torchtitan's order: compile each block, shard each block, then the root."""
+    from torch.distributed.fsdp import fully_shard
+
+    for block in model.blocks:
+        block.compile(backend=backend)
+        fully_shard(block)
+    fully_shard(model)
+    return model
+
+
+def _fsdp_rank(rank: int, world: int, budgets: tuple[float, ...], inductor: bool = False) -> dict:
+    model = build()
+    batch = global_batch(world)
+    expected = reference_grads(copy.deepcopy(model), batch)
+    out = {}
+    for budget in budgets:
+        torch._dynamo.reset()
+        backend, recorder = _backend(budget, inductor)
+        sharded = _fsdp(copy.deepcopy(model), backend)
+        result = _step(sharded, sharded, batch.chunk(world)[rank], recorder)
+        result["error"] = relative_error(full_grads(sharded), expected)
+        out[budget] = result
+    return out
+
+
+def _tp_rank(rank: int, world: int) -> dict[float, dict[str, Any]]:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("cpu", (world,))
+    model = build()
+    batch = global_batch(world)  # tensor parallel: every rank runs the whole batch
+    expected = reference_grads(copy.deepcopy(model), batch)
+    out = {}
+    for budget in BUDGETS:
+        torch._dynamo.reset()
+        parallel = copy.deepcopy(model)
+        for block in parallel.blocks:
+            parallelize_module(block, mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+        backend, recorder = _backend(budget)
+        result = _step(parallel, torch.compile(parallel, backend=backend), batch, recorder)
+        result["error"] = relative_error(full_grads(parallel), expected)
+        out[budget] = result
+    return out
+
+
+def _mismatch_rank(rank: int, world: int) -> dict[bool, dict[str, Any]]:
+    """Rank 1 prices pointwise work far higher than rank 0 (its own device profile): at budget
+    0.5 it saves other values. With ``sync_plans`` off the plans differ; on, rank 0's wins."""
+    from cost_model import get_profile
+
+    cpu = get_profile("cpu")
+    device = cpu if rank == 0 else dataclasses.replace(cpu, name="slow-vector", vector_flops=1e7)
+    model = build()
+    batch = global_batch(world)
+    expected = reference_grads(copy.deepcopy(model), batch)
+    out = {}
+    for sync in (False, True):
+        torch._dynamo.reset()
+        backend, recorder = _backend(0.5, device=device, sync_plans=sync)
+        sharded = _fsdp(copy.deepcopy(model), backend)
+        with warnings_logged() as warnings:
+            result = _step(sharded, sharded, batch.chunk(world)[rank], recorder)
+        result["error"] = relative_error(full_grads(sharded), expected)
+        result["warnings"] = warnings
+        out[sync] = result
+    return out
+
+
+def _different_graphs_rank(rank: int, world: int) -> str:
+    """Rank 0 compiles tanh where rank 1 compiles sigmoid: rank 0's plan names a value
+    rank 1's graph lacks. Returns the error each rank raised."""
+    torch.manual_seed(0)
+    weight = torch.randn(16, 16, requires_grad=True)
+    act = torch.tanh if rank == 0 else torch.sigmoid
+    fn = torch.compile(lambda x: act(x @ weight).sum(), backend=recompute_eager_backend)
+    try:
+        fn(torch.randn(4, 16)).backward()
+    except Exception as error:
+        return str(error)
+    return ""
+
+
+# ---- assertions ----
+
+
+def _digests(ranks: list[dict], key: Any) -> list[list[str]]:
+    return [[r["digest"] for r in rank[key]["reports"]] for rank in ranks]
+
+
+def _check_common(ranks: list[dict], key: Any) -> None:
+    """Gradients, identical plans, per-rank reports, and nothing recomputed that must not be."""
+    digests = _digests(ranks, key)
+    assert digests[0] and all(d == digests[0] for d in digests), digests
+    for rank, result in enumerate(r[key] for r in ranks):
+        assert result["error"] <= TOLERANCE, (key, rank, result["error"])
+        assert result["reports"], "no graph was partitioned"
+        for report in result["reports"]:
+            assert report["fallback"] is None, report["fallback"]
+            assert (report["rank"], report["world_size"]) == (rank, len(ranks))
+            over = any("over this rank's budget" in n for n in report["notes"])  # adopted
+            assert over or report["saved_bytes"] <= report["budget_bytes"]
+            assert "collective" not in report["recomputed_kinds"]
+        for graph in result["graphs"]:
+            assert graph["recomputed_collectives"] == []
+            assert graph["params_only"] == [], "a copy of a parameter is saved for backward"
+
+
+def test_ddp_gradients_and_plans_match_at_every_budget() -> None:
+    ranks = run_ranks(_ddp_rank)
+    for budget in BUDGETS:
+        _check_common(ranks, budget)
+        # DDPOptimizer split the forward at bucket boundaries; each piece has its own plan,
+        # within its own share of the budget (checked per report above).
+        assert len(ranks[0][budget]["reports"]) >= 2
+
+
+def test_fsdp2_gradients_and_plans_match_and_gathered_params_are_not_saved() -> None:
+    ranks = run_ranks(_fsdp_rank, budgets=BUDGETS)
+    for budget in BUDGETS:
+        _check_common(ranks, budget)
+        for result in (r[budget] for r in ranks):
+            for report, graph in zip(result["reports"], result["graphs"], strict=True):
+                # The all-gathered parameters are graph inputs FSDP frees after forward and
+                # gathers again in backward: saved only as static inputs (free), never as
+                # activations, and nothing saved is computed from them alone (above).
+                assert graph["saved_static"] == report["saved_static"]
+                assert all(shape == (8, 32) for _, shape, _ in graph["saved_inputs"]), graph
+    # The lower the budget, the fewer bytes each rank holds for the same local batch.
+    saved = [sum(r["saved_bytes"] for r in ranks[0][b]["reports"]) for b in BUDGETS]
+    assert saved == sorted(saved, reverse=True) and saved[-1] < saved[0]
+
+
+def test_tensor_parallel_collectives_are_never_recomputed() -> None:
+    ranks = run_ranks(_tp_rank)
+    for budget in BUDGETS:
+        _check_common(ranks, budget)
+        for result in (r[budget] for r in ranks):
+            (graph,) = result["graphs"]
+            assert graph["forward_collectives"] > 0  # the all-reduces are in the graph
+            # Local parameter shards are static inputs (AOTAutograd's indices, mapped onto the
+            # flattened DTensors): no float input but the batch is charged as an activation.
+            charged = [(n, s) for n, s, dtype in graph["saved_inputs"] if dtype == "torch.float32"]
+            assert all(shape == (16, 32) for _, shape in charged), charged
+
+
+def test_differing_cost_models_agree_on_rank_0_plan() -> None:
+    ranks = run_ranks(_mismatch_rank)
+    unsynced = _digests(ranks, False)
+    assert unsynced[0] != unsynced[1], "the per-rank profiles should give different plans"
+    _check_common(ranks, True)
+    for rank, result in enumerate(r[True] for r in ranks):
+        assert len(result["warnings"]) == 1, result["warnings"]
+        assert "rank 0's plan" in result["warnings"][0]
+        note = "plan of rank 0" if rank else "took rank 0's plan"
+        assert all(any(note in n for n in r["notes"]) for r in result["reports"])
+    for result in (r[False] for r in ranks):  # each rank's own plan is right too, just different
+        assert result["error"] <= TOLERANCE and result["warnings"] == []
+
+
+def test_ranks_that_cannot_agree_fail_together() -> None:
+    """Graphs that differ between ranks are not made to agree: every rank raises the same
+    error (no rank trains on with another plan, none waits for a peer forever)."""
+    errors = run_ranks(_different_graphs_rank)
+    for error in errors:
+        assert "rank(s) [1] could not use rank 0's plan" in error, error
+        assert "sync_plans=False" in error
+
+
+@pytest.fixture
+def single_rank_group() -> Any:
+    """A gloo group of one rank in this process: functional collectives trace, nothing syncs."""
+    from tests.distributed_support import free_port
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        yield dist.group.WORLD
+    finally:
+        dist.destroy_process_group()
+
+
+def test_collectives_are_never_recomputable_even_when_tagged_for_recompute(single_rank_group: Any) -> None:
+    """PyTorch recomputes a collective a checkpoint policy tags MUST_RECOMPUTE (doubling its
+    communication); here it stays saved, with the reason in the candidate."""
+    import torch.distributed._functional_collectives as funcol
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    from recompute_pass.joint_graph import analyze, prepare
+
+    weight = torch.randn(16, 16, requires_grad=True)
+    found: dict[str, tuple[bool, str]] = {}
+
+    def inspect(gm: Any, joint_inputs: Any, **kwargs: Any) -> Any:
+        for node in gm.graph.nodes:
+            if getattr(node.target, "namespace", "") == "_c10d_functional":
+                node.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+        prepare(gm)
+        joint = analyze(
+            gm,
+            num_fwd_outputs=kwargs["num_fwd_outputs"],
+            static_lifetime_input_indices=kwargs["static_lifetime_input_indices"],
+        )
+        for c in joint.candidates:
+            if getattr(c.node.target, "namespace", "") == "_c10d_functional":
+                found[c.node.name] = (c.can_recompute, c.reason)
+        return ti.default_partition(gm, joint_inputs, **kwargs)
+
+    torch.compiler.reset()
+    fn = torch.compile(
+        lambda x: torch.cos(funcol.all_reduce(torch.sin(x @ weight), "sum", single_rank_group)).sum(),
+        backend=ti.eager_aot_backend(inspect),
+    )
+    fn(torch.randn(4, 16)).backward()
+    assert set(found) == {"all_reduce", "wait_tensor"}
+    assert all(not can and "collective" in reason for can, reason in found.values()), found
+
+
+@pytest.mark.slow
+def test_fsdp2_through_inductor() -> None:
+    ranks = run_ranks(_fsdp_rank, budgets=(0.5,), inductor=True, timeout=480)
+    _check_common(ranks, 0.5)
