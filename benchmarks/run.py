@@ -1,6 +1,7 @@
 """The memory/recompute frontier of every system on every model, in one run.
 
     python -m benchmarks.run [--quick] [--models gpt llama ...] [--device cpu|cuda] [--out DIR]
+    python -m benchmarks.run --distributed fsdp2 --world 2   (benchmarks.distributed)
 
 Each configuration (model, system, budget) runs in a fresh ``benchmarks.worker`` process;
 records stream to ``DIR/records.jsonl`` (``--resume`` skips those already there), and at
@@ -296,6 +297,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--resume", action="store_true", help="keep the records in OUT (records.jsonl or records.json)"
     )
     parser.add_argument("--report-only", action="store_true", help="rebuild tables and plots from OUT")
+    parser.add_argument(
+        "--distributed",
+        choices=("fsdp2",),
+        help="per-rank comparison on a process group (benchmarks/distributed.py); "
+        "default OUT benchmarks/results/distributed, path graphs on CPU",
+    )
+    parser.add_argument("--world", type=int, default=2, help="ranks for --distributed")
     return parser.parse_args(argv)
 
 
@@ -303,6 +311,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from benchmarks.report import write_report
 
     args = parse_args(argv)
+    if args.distributed:
+        from benchmarks import distributed
+
+        if args.report_only:
+            distributed.report_only((args.out or ROOT / "benchmarks/results/distributed").resolve())
+            return 0
+        command = "python -m benchmarks.run " + " ".join(sys.argv[1:] if argv is None else argv)
+        return distributed.main(args, command)
     quick = args.quick
     path = args.path or ("graphs" if quick else "inductor")
     out: Path = (

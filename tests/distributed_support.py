@@ -1,102 +1,37 @@
-"""Process groups for the distributed tests: spawned gloo ranks on 127.0.0.1, a small
-model, a single-process reference, and what the partitioned graphs hold.
+"""For the distributed tests: spawned gloo ranks, a small model, a single-process
+reference, and what the partitioned graphs hold.
 
-``run_ranks`` starts one process per rank, runs a module-level function in each under an
-initialised gloo group, and returns what each returned (plain, picklable data: the tests
-assert in the parent). Every rank is bounded by a deadline, and any rank still alive at
-the end (a peer failed and it waits in a collective) is killed: no process outlives a test.
+``run_ranks`` runs a module-level function on each rank of a fresh gloo group on
+127.0.0.1 (``benchmarks.ranks``: bounded in time, every process ends) and returns what
+each rank returned: plain, picklable data; the tests assert in the parent.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
 import logging
-import multiprocessing as mp
-import queue
-import socket
-import time
-import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import fx, nn
 
+from benchmarks import ranks
 from recompute_pass import RecomputePartitioner
 from recompute_pass import torch_internals as ti
 
 WORLD = 2
-COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=60)  # a hung collective fails, not the CI job
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _with_test_settings(rank: int, world: int, target: Callable[..., Any], **kwargs: Any) -> Any:
+    with ti.inductor_config.patch(force_disable_caches=True, compile_threads=1):
+        return target(rank, world, **kwargs)
 
 
-def _rank_main(fn: Callable[..., Any], rank: int, world: int, port: int, kwargs: dict, results: Any) -> None:
-    try:
-        torch.set_num_threads(1)  # two ranks on two cores
-        dist.init_process_group(
-            "gloo",
-            init_method=f"tcp://127.0.0.1:{port}",
-            rank=rank,
-            world_size=world,
-            timeout=COLLECTIVE_TIMEOUT,
-        )
-        try:
-            with ti.inductor_config.patch(force_disable_caches=True, compile_threads=1):
-                out = fn(rank, world, **kwargs)
-        finally:
-            dist.destroy_process_group()
-        results.put((rank, True, out))
-    except BaseException:
-        results.put((rank, False, traceback.format_exc()))
-
-
-def run_ranks(
-    fn: Callable[..., Any], *, world: int = WORLD, timeout: float = 150.0, **kwargs: Any
-) -> list[Any]:
-    """``fn(rank, world, **kwargs)`` in ``world`` fresh processes; their results by rank."""
-    context = mp.get_context("spawn")
-    results = context.Queue()
-    port = free_port()
-    procs = [
-        context.Process(target=_rank_main, args=(fn, rank, world, port, kwargs, results))
-        for rank in range(world)
-    ]
-    for proc in procs:
-        proc.start()
-    deadline = time.monotonic() + timeout
-    done: dict[int, Any] = {}
-    try:
-        while len(done) < world:
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"ranks {sorted(set(range(world)) - set(done))} still running after {timeout}s"
-                )
-            try:
-                rank, ok, payload = results.get(timeout=1.0)
-            except queue.Empty:
-                dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0) and r not in done]
-                if dead:
-                    raise RuntimeError(f"rank(s) {dead} exited without a result") from None
-                continue
-            if not ok:
-                raise RuntimeError(f"rank {rank} failed:\n{payload}")
-            done[rank] = payload
-    finally:
-        for proc in procs:
-            proc.join(timeout=max(1.0, min(10.0, deadline - time.monotonic())))
-        for proc in procs:
-            if proc.is_alive():
-                proc.kill()
-                proc.join(timeout=10)
-        results.close()
-    return [done[r] for r in range(world)]
+def run_ranks(fn: Callable[..., Any], *, timeout: float = 150.0, **kwargs: Any) -> list[Any]:
+    """``fn(rank, world, **kwargs)`` on ``WORLD`` gloo ranks, caches off (every compile
+    partitions, so every rank reports); see ``benchmarks.ranks.run_ranks``."""
+    return ranks.run_ranks(_with_test_settings, world=WORLD, timeout=timeout, target=fn, **kwargs)
 
 
 # ---- the model ----

@@ -234,3 +234,37 @@ def test_snapshot_freezes_the_code_under_test() -> None:
     finally:
         shutil.rmtree(code)
     assert set(git_state()) == {"head", "dirty"}
+
+
+def test_distributed_fsdp2_measures_every_rank() -> None:
+    """``--distributed fsdp2``: one configuration on 2 gloo ranks, and its table."""
+    from benchmarks import distributed, ranks
+
+    config = distributed.DistConfig("llama", "recompute", 0.5, 2, "cpu", "graphs", "quick", repeats=1)
+    results = ranks.run_ranks(
+        distributed.measure_rank, world=2, timeout=150, config=dataclasses.asdict(config)
+    )
+    records = [distributed.RankRecord(**{**r, "plan_digests": tuple(r["plan_digests"])}) for r in results]
+    assert [r.rank for r in records] == [0, 1]
+    for record in records:
+        assert record.grads_ok, record.max_grad_diff
+        assert record.graphs and record.saved_bytes == record.report_saved_bytes
+        assert record.peak_bytes and record.step_seconds
+    assert records[0].plan_digests == records[1].plan_digests and records[0].plan_digests
+    meta = {
+        "world": 2,
+        "backend": "gloo",
+        "device": "cpu",
+        "command": "python -m benchmarks.run --distributed fsdp2 --world 2",
+        "wall_seconds": 1.0,
+        "started": "now",
+        "machine": {"cpu": "test", "cpu_count": 2, "torch": torch.__version__},
+        "code": {"head": "abc", "dirty": False},
+        "path": "graphs",
+        "size": "quick",
+        "repeats": 1,
+        "load_average_before": None,
+        "load_average_after": None,
+    }
+    text = distributed.results_md(records, meta)
+    assert "| llama | recompute (milp) | 0.5 | 1 |" in text and "| same |" in text

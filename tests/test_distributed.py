@@ -252,7 +252,7 @@ def test_ranks_that_cannot_agree_fail_together() -> None:
 @pytest.fixture
 def single_rank_group() -> Any:
     """A gloo group of one rank in this process: functional collectives trace, nothing syncs."""
-    from tests.distributed_support import free_port
+    from benchmarks.ranks import free_port
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     try:
