@@ -84,6 +84,8 @@ class RankRecord:
     peak_bytes: int | None = None
     step_seconds: float | None = None  # median
     step_seconds_iqr: float | None = None
+    step_seconds_min: float | None = None  # the least disturbed step on a shared machine
+    step_cpu_seconds: float | None = None  # median process CPU time: other load barely moves it
     max_grad_diff: float | None = None  # relative to max |single-process grad|
     grads_ok: bool | None = None
     plan_digests: tuple[str, ...] = ()  # ours: one per graph
@@ -167,14 +169,15 @@ def measure_rank(rank: int, world: int, config: dict[str, Any]) -> dict[str, Any
         sharded.zero_grad(set_to_none=True)
         memory, loss = step_memory(lambda: sharded(*local), lambda out: out.backward(), device)
         after_forward = memory.after_forward_bytes - loss.untyped_storage().nbytes()
-        times = []
+        times, cpu_times = [], []
         for _ in range(cfg.repeats):
             sharded.zero_grad(set_to_none=True)
             _sync(device)
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             sharded(*local).backward()
             _sync(device)
             times.append(time.perf_counter() - start)
+            cpu_times.append(time.process_time() - cpu_start)
     stats = recorder.total()
     quartiles = statistics.quantiles(times, n=4) if len(times) > 1 else [times[0]] * 3
     record = RankRecord(
@@ -194,6 +197,8 @@ def measure_rank(rank: int, world: int, config: dict[str, Any]) -> dict[str, Any
         peak_bytes=memory.peak_bytes,
         step_seconds=statistics.median(times),
         step_seconds_iqr=quartiles[2] - quartiles[0],
+        step_seconds_min=min(times),
+        step_cpu_seconds=statistics.median(cpu_times),
         max_grad_diff=diff,
         grads_ok=diff <= GRAD_TOLERANCE,
         plan_digests=tuple(r.plan_digest for r in reports),
@@ -248,7 +253,8 @@ def results_md(records: Sequence[RankRecord], meta: dict[str, Any]) -> str:
         "recompute (GEMM/attn.)",
         "left after forward (MiB)",
         "peak (MiB)",
-        "step (median, IQR)",
+        "step: median ± IQR (min)",
+        "CPU time / step",
         "grad diff",
         "plans across ranks",
     )
@@ -262,7 +268,10 @@ def results_md(records: Sequence[RankRecord], meta: dict[str, Any]) -> str:
                 rows.append((model, SYSTEMS[system].label, _budget(budget), str(r.rank), f"error: {r.error}"))
                 continue
             grad = f"{r.max_grad_diff:.1e}" + ("" if r.grads_ok else " **WRONG**")
-            step = f"{tables.fmt_seconds(r.step_seconds)} ± {tables.fmt_seconds(r.step_seconds_iqr)}"
+            step = (
+                f"{tables.fmt_seconds(r.step_seconds)} ± {tables.fmt_seconds(r.step_seconds_iqr)}"
+                f" ({tables.fmt_seconds(r.step_seconds_min)})"
+            )
             rows.append(
                 (
                     model,
@@ -274,6 +283,7 @@ def results_md(records: Sequence[RankRecord], meta: dict[str, Any]) -> str:
                     _mib(r.after_forward_bytes),
                     _mib(r.peak_bytes),
                     step,
+                    tables.fmt_seconds(r.step_cpu_seconds),
                     grad,
                     _plans(group),
                 )
@@ -301,7 +311,11 @@ def results_md(records: Sequence[RankRecord], meta: dict[str, Any]) -> str:
             "(CPU: profiler allocation events, all-gather buffers included; CUDA:",
             "`max_memory_allocated`). **grad diff**: against one eager single-process step on the",
             "global batch, relative to the largest gradient. **plans**: our reports' `plan_digest`",
-            "on every rank.",
+            "on every rank. **step**: wall-clock forward+backward; **CPU time / step**: the rank",
+            "process's CPU time for it (one thread per rank on CPU). On a machine shared with other",
+            "jobs (see the load average) wall times move by 2x between runs; CPU time is steadier.",
+            "On the `graphs` path the kernels are eager ones, unfused: recomputed pointwise ops",
+            "cost more than under Inductor.",
             "",
             tables.markdown(header, rows),
             "",
@@ -324,7 +338,7 @@ def main(args: argparse.Namespace, command: str) -> int:
     size = args.size or "full"
     budgets = tuple(float(b) for b in args.budgets.split(",")) if args.budgets else BUDGETS
     models = args.models or list(DEFAULT_MODELS)
-    repeats = args.repeats or 5
+    repeats = args.repeats or 10
     common = dict(world=args.world, device=device, path=path, size=size, repeats=repeats)
     cfgs = configs(models, budgets, **common)
     out = (args.out or ROOT / "benchmarks/results/distributed").resolve()
