@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import math
 import numbers
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ from cost_model import PROFILES, DeviceProfile
 from recompute_pass.strategies import STRATEGIES
 
 SOLVERS = tuple(STRATEGIES)  # the registry is the list: a new strategy is a valid solver
-DEVICES = ("auto", *sorted(PROFILES))
+DEVICES = ("auto", "measure", *sorted(PROFILES))
 
 
 def _fail(option: str, value: object, valid: str) -> ValueError:
@@ -32,11 +33,16 @@ class RecomputeOptions:
     memory_budget_bytes: absolute cap on saved activation bytes; overrides the ratio.
     solver: one of ``SOLVERS``.
     device: a profile name from ``cost_model.PROFILES``, ``"auto"`` (from the graph's
-        device), or a ``DeviceProfile``.
+        device), ``"measure"`` (each candidate op timed on the graph's device, cached on
+        disk: ``cost_model.measure``), or a ``DeviceProfile``.
     time_limit: seconds the exact solver may spend per graph before it falls back to the
         best plan found so far.
     fallback: on an internal error, partition with PyTorch's default partitioner (with a
         warning) instead of failing the compile.
+    profile_time_limit: ``device="measure"``: seconds of op timing per graph; what is left
+        untimed is priced by the roofline. 0 times nothing new (the cache only).
+    profile_cache_dir: ``device="measure"``: where op times are cached; None is
+        ``$TORCH_RECOMPUTE_CACHE_DIR`` or ``~/.cache/torch_recompute``.
     """
 
     memory_budget: float = 1.0
@@ -45,6 +51,8 @@ class RecomputeOptions:
     device: str | DeviceProfile = "auto"
     time_limit: float = 10.0
     fallback: bool = True
+    profile_time_limit: float = 10.0
+    profile_cache_dir: str | None = None
 
     def __post_init__(self) -> None:
         budget = self.memory_budget
@@ -67,6 +75,17 @@ class RecomputeOptions:
             raise _fail("time_limit", limit, "a finite positive number of seconds")
         if not isinstance(self.fallback, bool):
             raise _fail("fallback", self.fallback, "True or False")
+        limit = self.profile_time_limit
+        if isinstance(limit, bool) or not isinstance(limit, numbers.Real) or not 0 <= limit < math.inf:
+            raise _fail("profile_time_limit", limit, "a finite number of seconds >= 0")
+        object.__setattr__(self, "profile_time_limit", float(limit))
+        folder = self.profile_cache_dir
+        if folder is not None:
+            path = os.fspath(folder) if isinstance(folder, (str, os.PathLike)) else None
+            if not isinstance(path, str) or not path:
+                raise _fail("profile_cache_dir", folder, "None or a directory path")
+            # One spelling, so that the cache key does not depend on how the path was given.
+            object.__setattr__(self, "profile_cache_dir", path)
 
     def replace(self, **changes: Any) -> RecomputeOptions:
         unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})

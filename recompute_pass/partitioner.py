@@ -14,7 +14,7 @@ import torch
 from torch import fx
 
 from recompute_pass import torch_internals as ti
-from recompute_pass.costing import build_problem, resolve_device
+from recompute_pass.costing import build_problem, measure, resolve_device
 from recompute_pass.extraction import extract
 from recompute_pass.joint_graph import RegionBudgetError, analyze, prepare
 from recompute_pass.options import RecomputeOptions
@@ -76,7 +76,12 @@ def partition(
     joint = analyze(module, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=static)
     if joint.region_budget is not None:  # the user's word for this graph overrides the global one
         options = options.replace(memory_budget=joint.region_budget, memory_budget_bytes=None)
-    costed = build_problem(joint, resolve_device(options.device, joint))
+    measured = None
+    if options.device == "measure":
+        limit, folder = options.profile_time_limit, options.profile_cache_dir
+        measured = measure(joint, compiler=compiler, cache_dir=folder, time_limit=limit)
+    device = measured.times.profile if measured is not None else resolve_device(options.device, joint)
+    costed = build_problem(joint, device, measured)
     decision = decide(costed.problem, options)
     candidates = joint.candidates
     saved = [candidates[i].node for i in sorted(decision.plan.saved) if i < len(candidates)]
