@@ -12,8 +12,10 @@ higher-order ops are not timed, nor ops with data-dependent sizes):
 - kernel mode: the op alone, at its shapes (at the size hints), strides, dtypes and device,
   on inputs of random values in [0.5, 1.5) (integer tensors are zero, so any index is
   valid; bools random). Two warm-up calls, then ``repeats`` rounds, each of enough calls to
-  last ``MIN_ROUND_SECONDS``; the median per call. The same quantity as the roofline's
-  unfused estimate: launch, memory traffic and arithmetic.
+  last ``MIN_ROUND_SECONDS``; the median per call. As in a step, inputs come from memory,
+  not cache (calls rotate over copies of them, ``_cold_copies``), and outputs land in
+  memory not in cache (held until the round is timed, ``_per_call``). The same quantity as
+  the roofline's unfused estimate: launch, memory traffic and arithmetic.
 - fused mode (pointwise ops the caller says run inside a neighbour's kernel): only the
   op's arithmetic, the roofline's ``fused=True`` quantity. Measured per op, as the extra
   time per element over a copy: the slope of the op's time between two cache-resident
@@ -47,6 +49,7 @@ so two processes reading one cache get the same times, hence the same plan.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import math
@@ -79,6 +82,9 @@ logger = logging.getLogger(__name__)
 CACHE_ENV = "TORCH_RECOMPUTE_CACHE_DIR"
 MIN_ROUND_SECONDS = 1e-3  # one round of calls: long enough for the clock, short for the limit
 MAX_CALLS_PER_ROUND = 10_000
+HOLD_BYTES = 256 << 20  # outputs held alive per round, at most (see ``_per_call``)
+COLD_BYTES = 64 << 20  # inputs rotated over copies spanning this, to come from memory
+MAX_COPIES = 16
 CPU_GRAIN = 32_768  # ATen's parallel grain: smaller pointwise kernels run on one thread
 _FUSED_SIZES = {"cpu": (2_048, 16_384), "cuda": (1 << 20, 1 << 23)}  # elements, per device type
 _FORMAT = 1
@@ -326,32 +332,68 @@ def _measure(node: fx.Node, hints: SizeHints, *, fused: bool, repeats: int, dead
     target: Callable[..., Any] = node.target  # type: ignore[assignment]
     with _isolated(device):
         if not fused:
-            args, kwargs = _materialize(node, hints, device)
-            return _per_call(lambda: target(*args, **kwargs), sync, repeats, deadline)
+            copies = _cold_copies(*_materialize(node, hints, device))
+            turn = itertools.cycle(copies)
+
+            def call() -> object:
+                args, kwargs = next(turn)
+                return target(*args, **kwargs)
+
+            return _per_call(call, sync, repeats, deadline, hold=True)
         return _fused_arithmetic(node, hints, device, sync, repeats, deadline)
 
 
 def _per_call(
-    fn: Callable[[], object], sync: Callable[[], None], repeats: int, deadline: float
+    fn: Callable[[], object],
+    sync: Callable[[], None],
+    repeats: int,
+    deadline: float,
+    *,
+    hold: bool = False,
 ) -> float | None:
-    """Median seconds per call over ``repeats`` rounds, after two warm-up calls."""
-    fn()
+    """Median seconds per call over ``repeats`` rounds, after two warm-up calls.
+
+    ``hold``: every output of a round stays alive until the round is timed, so each call
+    writes memory that is not in cache, as in a step, where outputs outlive the op that
+    makes them. (Discarding them times a loop that rewrites one warm buffer: on the
+    benchmark's nanoGPT, the backward's extra time at budget 0 was 50 ms; held outputs
+    estimated its recomputation at 47 ms, discarded ones at 35 ms.)
+    """
+    out = fn()
     sync()
     t0 = time.perf_counter()
-    fn()
+    out = fn()
     sync()
     once = max(time.perf_counter() - t0, 1e-7)
     calls = max(1, min(MAX_CALLS_PER_ROUND, math.ceil(MIN_ROUND_SECONDS / once)))
+    if hold:
+        calls = max(1, min(calls, HOLD_BYTES // max(_nbytes(out), 1)))
+    del out
     rounds = []
     for _ in range(repeats):
         if time.perf_counter() >= deadline:
             return None
+        held: list[object] = []
+        keep = held.append if hold else _discard
         t0 = time.perf_counter()
         for _ in range(calls):
-            fn()
+            keep(fn())
         sync()
         rounds.append((time.perf_counter() - t0) / calls)
+        del held
     return statistics.median(rounds)
+
+
+def _discard(value: object) -> None:
+    del value
+
+
+def _nbytes(value: object) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.untyped_storage().nbytes()
+    if isinstance(value, (tuple, list)):
+        return sum(_nbytes(v) for v in value)
+    return 0
 
 
 def _fused_arithmetic(
@@ -429,6 +471,45 @@ def _materialize(
     args = tuple(_map(real, a) for a in node.args)
     kwargs = {k: _map(real, v) for k, v in node.kwargs.items()}
     return args, kwargs
+
+
+def _cold_copies(
+    args: tuple[object, ...], kwargs: dict[str, object]
+) -> list[tuple[tuple[object, ...], dict[str, object]]]:
+    """Copies of the arguments, rotated call by call, so that inputs come from memory as
+    in a step (where an op reads what another op wrote earlier, and a recomputed op reads
+    values saved in the forward) rather than from cache: enough copies to span
+    ``COLD_BYTES``, at most ``MAX_COPIES``."""
+    tensors: dict[int, torch.Tensor] = {}
+    for leaf in (*_leaves(args), *_leaves(tuple(kwargs.values()))):
+        if isinstance(leaf, torch.Tensor):
+            tensors.setdefault(id(leaf), leaf)
+    nbytes = sum(t.untyped_storage().nbytes() for t in tensors.values())
+    count = max(1, min(MAX_COPIES, COLD_BYTES // max(nbytes, 1)))
+    copies = [(args, kwargs)]
+    for _ in range(count - 1):
+        fresh = {key: _copy(t) for key, t in tensors.items()}
+
+        def swap(value: object, fresh: dict[int, torch.Tensor] = fresh) -> object:
+            return fresh.get(id(value), value) if isinstance(value, torch.Tensor) else value
+
+        copies.append((tuple(_map(swap, a) for a in args), {k: _map(swap, v) for k, v in kwargs.items()}))
+    return copies
+
+
+def _leaves(values: tuple[object, ...]) -> list[object]:
+    out: list[object] = []
+    for value in values:
+        out += _leaves(tuple(value)) if isinstance(value, (list, tuple)) else [value]
+    return out
+
+
+def _copy(tensor: torch.Tensor) -> torch.Tensor:
+    """Same values, sizes, strides and offset, in a storage of its own."""
+    storage = tensor.untyped_storage().clone()
+    return torch.empty(0, dtype=tensor.dtype, device=tensor.device).set_(
+        storage, tensor.storage_offset(), tensor.shape, tensor.stride()
+    )
 
 
 def _map(fn: Callable[[object], object], value: object) -> object:

@@ -13,7 +13,7 @@ Objective, in estimated seconds of the training step:
 (``cost_model.measure``) and replaces the roofline's estimate of the same quantity: a
 kernel's time, or a fused op's arithmetic. Whether pointwise ops fuse is what will run:
 under Inductor they do; without codegen every op is its own kernel. The calibrated profile
-prices saved-tensor traffic and whatever the time limit left untimed.
+prices saved-tensor reads and whatever the time limit left untimed.
 """
 
 from __future__ import annotations

@@ -307,6 +307,8 @@ def test_under_inductor_pointwise_ops_are_priced_fused(
             fused += 1
         else:
             assert item.recompute_cost == 1e-3
+        if candidate.can_save and item.size:  # saving: the read, at the calibrated bandwidth
+            assert item.save_cost == item.size / TEST_PROFILE.memory_bandwidth
     assert fused > 0
 
 
