@@ -8,6 +8,7 @@ runs in seconds; the cross-process test times for real.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -383,3 +384,69 @@ def _signatures(joint: object, fused: bool = False) -> dict[fx.Node, str]:
         with contextlib.suppress(measure_mod.Unmeasurable):
             out[candidate.node] = measure_mod.signature(candidate.node, hints, fused=fused)
     return out
+
+
+# -- the accuracy report ---------------------------------------------------------------------
+
+
+def test_accuracy_report_tables_targets_and_plot(tmp_path: Path) -> None:
+    from benchmarks.cost_accuracy import FusionRecord, OpError, PlanRecord, ProfilingTime
+    from benchmarks.cost_accuracy_report import plot, targets, verdict, write_results
+
+    def plan(
+        costs: str, budget: float, step: float, est: float, *, at_bytes: bool = False, name: str = ""
+    ) -> PlanRecord:
+        base = 0.100 if costs == "roofline" else 0.098
+        return PlanRecord(
+            model="gpt",
+            costs=costs,
+            budget=budget,
+            at_bytes=at_bytes,
+            budget_bytes=1000 if at_bytes else None,
+            saved_bytes=1000,
+            graph_saved_bytes=1000,
+            recompute_flops=10,
+            est_overhead=est,
+            plan=name or f"{costs}{budget}",
+            step_seconds=step,
+            step_iqr=0.001,
+            grads_ok=True,
+            est_delta=None if at_bytes else est - (0.001 if costs == "roofline" else 0.010),
+            delta=step - base,
+            delta_iqr=0.002,
+            vs_roofline=(step - 0.150) if at_bytes else None,
+            vs_roofline_iqr=0.002 if at_bytes else None,
+        )
+
+    plans = [
+        plan("roofline", 1.0, 0.100, 0.001),
+        plan("roofline", 0.0, 0.150, 0.004),  # overhead 50 ms, estimated 3 ms: -94%
+        plan("measured", 1.0, 0.098, 0.010),
+        plan("measured", 0.0, 0.148, 0.055),  # overhead 50 ms, estimated 45 ms: -10%
+        plan("measured", 0.0, 0.140, 0.050, at_bytes=True),  # 10 ms faster than the roofline plan
+    ]
+    timing = ProfilingTime(12, 2800, 748, 79, 1.5, 0.05, 79, 0)
+    rows = targets(plans, timing, rounds=30)
+    assert [status for _, status, _ in rows] == ["met", "met", "met"]
+    assert "1 of 1" in rows[0][2] and "1 faster (gpt b=0)" in rows[1][2]
+    assert verdict(plans, plans[-1], rounds=30) == "faster"
+    errors = [OpError("gpt", "aten::mul[(8, 128)]", "pointwise", 2, 1e-5, 9e-5, 1e-4)]
+    fusion = [FusionRecord("gelu", 1024, 2e-5, 1e-6, 3e-5, 1e-7)]
+    meta = {
+        "command": "python -m benchmarks.cost_accuracy",
+        "machine": {"cpu": "test", "cpu_count": 2, "torch": torch.__version__},
+        "threads": 1,
+        "size": "full",
+        "rounds": 2,
+        "per_round": 3,
+        "started": "now",
+        "wall_minutes": 1.0,
+        "load_average": [None, None],
+        "git": {"head": "abc", "dirty": False},
+        "code_hash": "0" * 12,
+    }
+    text = write_results(meta, plans, errors, fusion, timing, tmp_path / "RESULTS.md").read_text()
+    assert "Command: `python -m benchmarks.cost_accuracy`" in text and "| gpt | 0 | measured |" in text
+    assert plot(plans, errors, tmp_path / "plot.png").stat().st_size > 0
+    noisy = dataclasses.replace(plans[-1], vs_roofline_iqr=0.1)  # a 10 ms difference, 100 ms IQR
+    assert verdict(plans, noisy, rounds=30) == "equal (within noise)"
