@@ -28,6 +28,7 @@ CONFIG_SETTINGS = {
         "enable_autograd_cache",
         "unsafe_allow_optimization_of_collectives",
     ),
+    "dynamo_config": ("accumulated_recompile_limit", "recompile_limit"),
     "inductor_config": ("custom_partitioner_fn", "fallback_random", "force_disable_caches", "fx_graph_cache"),
 }
 NOT_CALLABLE = {(cost_ti, "flop_registry")}
