@@ -180,8 +180,15 @@ def measure_op_times(
     path = cache_file(device, cache_dir)
     stored = _read(path)
     times: dict[str, float | None] = dict(stored.get("times", {}))
-    calibrated = stored.get("profile") is None and time_limit > 0
-    update: dict[str, Any] = {"profile": _profile_json(_calibrate(device))} if calibrated else {}
+    update: dict[str, Any] = {}
+    if stored.get("profile") is None and time_limit > 0:
+        try:
+            update["profile"] = _profile_json(_calibrate(device))
+        except Exception as error:  # the roofline's data-sheet profile will do
+            log_once(
+                logger, logging.WARNING, "calibration failed, fallback profile used", str(device), repr(error)
+            )
+    calibrated = bool(update)
     deadline = time.perf_counter() + time_limit  # calibrating, once per cache, is not counted
 
     todo = _by_estimate({n: s for n, s in signatures.items() if s not in times}, hints, fallback)
