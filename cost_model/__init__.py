@@ -3,7 +3,8 @@
 ``node_cost(node)`` returns a :class:`NodeCost` whose ``flops``/``bytes_in``/``bytes_out``
 are sympy expressions over the graph's shape symbols (integers for static shapes);
 ``NodeCost.evaluate(SizeHints.from_graph(gm))`` turns them into ints without adding guards;
-``estimate_runtime(cost, "h100")`` applies a roofline under a :class:`DeviceProfile`.
+``estimate_runtime(cost, "h100")`` applies a roofline under a :class:`DeviceProfile`;
+``measure_op_times(nodes, hints, profile)`` times the ops instead (cached on disk).
 
 Decisions (details in each module's docstring):
 
@@ -27,6 +28,7 @@ from .calibrate import calibrate
 from .device import PROFILES, DeviceProfile, get_profile
 from .hints import DEFAULT_UNBACKED_HINT, SizeHints
 from .kinds import MATRIX_KINDS, OpKind, classify
+from .measure import OpTimes, ProfilingStats, default_cache_dir, measure_op_times
 from .memory import tensor_bytes
 from .node_cost import ConcreteCost, NodeCost, node_cost
 from .runtime import estimate_runtime
@@ -39,11 +41,15 @@ __all__ = [
     "DeviceProfile",
     "NodeCost",
     "OpKind",
+    "OpTimes",
+    "ProfilingStats",
     "SizeHints",
     "calibrate",
     "classify",
+    "default_cache_dir",
     "estimate_runtime",
     "get_profile",
+    "measure_op_times",
     "node_cost",
     "tensor_bytes",
 ]

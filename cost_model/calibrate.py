@@ -46,7 +46,7 @@ def calibrate(
     size = size or (512 if is_cpu else 4096)
     copy_bytes = copy_bytes or (32 << 20 if is_cpu else 1 << 30)
     dtypes = tuple(dtypes) if dtypes is not None else (_CPU_DTYPES if is_cpu else _GPU_DTYPES)
-    sync = _synchronizer(dev)
+    sync = synchronizer(dev)
 
     peak: dict[torch.dtype, float] = {}
     for dtype in dtypes:
@@ -62,7 +62,7 @@ def calibrate(
     return DeviceProfile(f"calibrated-{dev}", peak, bandwidth, overhead)
 
 
-def _synchronizer(dev: torch.device) -> Callable[[], None]:
+def synchronizer(dev: torch.device) -> Callable[[], None]:
     """A function that waits for the device's queued work (no-op on CPU)."""
     if dev.type == "cpu":
         return lambda: None

@@ -14,6 +14,8 @@ What comes through here:
   ``var_to_val`` before it was split; ``real_tensor_prop_unbacked_vals``; ``var_to_range``
   and its ``ValueRanges``) and ``torch.fx.experimental.symbolic_shapes``
   (``ShapeEnv``, ``free_unbacked_symbols``);
+- ``torch._subclasses.fake_tensor.unset_fake_temporarily``: timing real kernels
+  (``measure``) from inside a compile, where a fake mode may be active;
 - ``torch.utils.flop_counter``'s registry and formula helpers (``flop_registry``,
   ``mm_flop``, ``bmm_flop``, ``conv_flop_count``, ``sdpa_flop_count``,
   ``sdpa_backward_flop_count``). Decision: semi-public, so routed here. The module has no
@@ -36,6 +38,7 @@ from typing import Any
 
 import sympy
 import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.experimental.symbolic_shapes import ShapeEnv, free_unbacked_symbols
 from torch.utils.flop_counter import (
     bmm_flop,
@@ -63,6 +66,7 @@ __all__ = [
     "shape_env_of",
     "sym_expr",
     "symbol_bounds",
+    "unset_fake_temporarily",
 ]
 
 

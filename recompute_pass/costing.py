@@ -8,6 +8,12 @@ Objective, in estimated seconds of the training step:
   output when a backward consumer cannot fuse it (a matmul reads it from memory);
 - a backward-only value costs its compute on either side; saving it moves that compute to
   the forward and adds the read.
+
+``device="measure"`` (:func:`measure`): each candidate's time is measured
+(``cost_model.measure``) and replaces the roofline's estimate of the same quantity: a
+kernel's time, or a fused op's arithmetic. Whether pointwise ops fuse is what will run:
+under Inductor they do; without codegen every op is its own kernel. The calibrated profile
+prices saved-tensor reads and whatever the time limit left untimed.
 """
 
 from __future__ import annotations
@@ -24,9 +30,11 @@ from cost_model import (
     DeviceProfile,
     NodeCost,
     OpKind,
+    OpTimes,
     SizeHints,
     estimate_runtime,
     get_profile,
+    measure_op_times,
     node_cost,
     tensor_bytes,
 )
@@ -84,7 +92,35 @@ def _warn_unknown_gpu(name: str, profile: str) -> None:
     )
 
 
-def build_problem(joint: JointGraph, device: DeviceProfile) -> Costed:
+@dataclass(frozen=True)
+class Measured:
+    """``device="measure"``: measured times per node, and whether pointwise ops fuse."""
+
+    times: OpTimes
+    fusion: bool  # Inductor fuses pointwise ops into their consumers; without codegen, none fuse
+
+
+def measure(joint: JointGraph, *, compiler: str | None, cache_dir: str | None, time_limit: float) -> Measured:
+    """Time the candidates whose compute can enter the objective: what may be recomputed,
+    and backward-only values (their compute is paid on either side)."""
+    fusion = compiler == "inductor"
+    timed = [
+        c
+        for c in joint.candidates
+        if c.cost.kind not in (OpKind.VIEW, OpKind.NONE) and (c.can_recompute or not c.forward)
+    ]
+    times = measure_op_times(
+        [c.node for c in timed],
+        SizeHints.from_graph(joint.module.graph),
+        resolve_device("auto", joint),
+        fused={c.node for c in timed if fusion and c.cost.kind in FUSIBLE},
+        cache_dir=cache_dir,
+        time_limit=time_limit,
+    )
+    return Measured(times, fusion)
+
+
+def build_problem(joint: JointGraph, device: DeviceProfile, measured: Measured | None = None) -> Costed:
     hints = SizeHints.from_graph(joint.module.graph)
     index = {c.node: i for i, c in enumerate(joint.candidates)}
     needed = frozenset(index[n] for n in joint.needed)
@@ -104,8 +140,10 @@ def build_problem(joint: JointGraph, device: DeviceProfile) -> Costed:
             if candidate.static or not candidate.can_save
             else hints.evaluate(tensor_bytes(node.meta["val"]))
         )
-        fused = cost.kind in FUSIBLE
-        compute = estimate_runtime(cost, device, hints, fused=fused)
+        fused = cost.kind in FUSIBLE and (measured is None or measured.fusion)
+        compute = measured.times.seconds.get(node) if measured is not None else None
+        if compute is None:
+            compute = estimate_runtime(cost, device, hints, fused=fused)
         if fused and any(node_cost(user).kind not in FUSIBLE for user in joint.backward_users.get(node, ())):
             compute += concrete.bytes_out / bandwidth
         save = size / bandwidth + (0.0 if candidate.forward else compute)

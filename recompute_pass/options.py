@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import math
 import numbers
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ from cost_model import PROFILES, DeviceProfile
 from recompute_pass.strategies import STRATEGIES
 
 SOLVERS = tuple(STRATEGIES)  # the registry is the list: a new strategy is a valid solver
-DEVICES = ("auto", *sorted(PROFILES))
+DEVICES = ("auto", "measure", *sorted(PROFILES))
 
 
 BUDGET_MODES = ("saved", "peak")
@@ -40,7 +41,8 @@ class RecomputeOptions:
     peak_memory_bytes: absolute cap on the step's predicted peak (implies ``"peak"``).
     solver: one of ``SOLVERS``.
     device: a profile name from ``cost_model.PROFILES``, ``"auto"`` (from the graph's
-        device), or a ``DeviceProfile``.
+        device), ``"measure"`` (each candidate op timed on the graph's device, cached on
+        disk: ``cost_model.measure``), or a ``DeviceProfile``.
     time_limit: seconds the exact solver may spend per graph before it falls back to the
         best plan found so far.
     fallback: on an internal error, partition with PyTorch's default partitioner (with a
@@ -48,6 +50,10 @@ class RecomputeOptions:
     sync_plans: under an initialised process group of more than one rank, check at compile
         time that every rank chose the same plan, and make every rank use rank 0's when
         not (``recompute_pass.plan_sync``); no effect in a single process.
+    profile_time_limit: ``device="measure"``: seconds of op timing per graph; what is left
+        untimed is priced by the roofline. 0 times nothing new (the cache only).
+    profile_cache_dir: ``device="measure"``: where op times are cached; None is
+        ``$TORCH_RECOMPUTE_CACHE_DIR`` or ``~/.cache/torch_recompute``.
     """
 
     memory_budget: float = 1.0
@@ -59,6 +65,8 @@ class RecomputeOptions:
     time_limit: float = 10.0
     fallback: bool = True
     sync_plans: bool = True
+    profile_time_limit: float = 10.0
+    profile_cache_dir: str | None = None
 
     def __post_init__(self) -> None:
         budget = self.memory_budget
@@ -91,6 +99,17 @@ class RecomputeOptions:
             raise _fail("fallback", self.fallback, "True or False")
         if not isinstance(self.sync_plans, bool):
             raise _fail("sync_plans", self.sync_plans, "True or False")
+        limit = self.profile_time_limit
+        if isinstance(limit, bool) or not isinstance(limit, numbers.Real) or not 0 <= limit < math.inf:
+            raise _fail("profile_time_limit", limit, "a finite number of seconds >= 0")
+        object.__setattr__(self, "profile_time_limit", float(limit))
+        folder = self.profile_cache_dir
+        if folder is not None:
+            path = os.fspath(folder) if isinstance(folder, (str, os.PathLike)) else None
+            if not isinstance(path, str) or not path:
+                raise _fail("profile_cache_dir", folder, "None or a directory path")
+            # One spelling, so that the cache key does not depend on how the path was given.
+            object.__setattr__(self, "profile_cache_dir", path)
 
     @property
     def budgets_peak(self) -> bool:

@@ -16,7 +16,7 @@ import torch
 from torch import fx
 
 from recompute_pass import torch_internals as ti
-from recompute_pass.costing import Costed, build_problem, resolve_device
+from recompute_pass.costing import Costed, build_problem, measure, resolve_device
 from recompute_pass.extraction import Partition, extract
 from recompute_pass.joint_graph import RegionBudgetError, analyze, prepare
 from recompute_pass.liveness import PeakEstimate, predict_peak
@@ -86,7 +86,12 @@ def partition(
         options = options.replace(
             memory_budget=joint.region_budget, memory_budget_bytes=None, peak_memory_bytes=None
         )
-    costed = build_problem(joint, resolve_device(options.device, joint))
+    measured = None
+    if options.device == "measure":
+        limit, folder = options.profile_time_limit, options.profile_cache_dir
+        measured = measure(joint, compiler=compiler, cache_dir=folder, time_limit=limit)
+    device = measured.times.profile if measured is not None else resolve_device(options.device, joint)
+    costed = build_problem(joint, device, measured)
     fused = compiler == "inductor"
     schedule = JointSchedule.of(joint, costed.hints)
 

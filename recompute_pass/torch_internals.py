@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 from torch import fx
+from torch._dynamo import config as dynamo_config  # benchmarks: recompile limit for many plans
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.backends.debugging import get_nop_func
 from torch._functorch import config as functorch_config
@@ -69,6 +70,7 @@ __all__ = [
     "compile_fx",
     "decide_layout_opt",
     "default_partition",
+    "dynamo_config",
     "eager_aot_backend",
     "extract_fwd_bwd_modules",
     "extract_fwd_bwd_outputs",

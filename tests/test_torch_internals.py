@@ -28,6 +28,7 @@ CONFIG_SETTINGS = {
         "enable_autograd_cache",
         "unsafe_allow_optimization_of_collectives",
     ),
+    "dynamo_config": ("accumulated_recompile_limit", "recompile_limit"),
     "inductor_config": (
         "compile_threads",
         "custom_partitioner_fn",
