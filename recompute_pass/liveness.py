@@ -14,10 +14,10 @@ use), and keeps a running total:
   outputs (the loss) to the end of the step; backward outputs (gradients) to the end;
 - tangents are allocated when backward starts.
 
-With ``fused=True`` (Inductor) a pointwise value read only by pointwise ops or reductions
-is computed inside their kernel and never allocated. Inductor's buffer reuse does not
-change the live bytes; its peak-memory reordering can only lower them, so the prediction
-errs high where it errs. Sizes are evaluated at the graph's size hints.
+Inductor's fusion is not modelled: every value is taken as allocated. Measured through
+Inductor on CPU (``benchmarks/results/peak``), that predicts the peak better than
+dropping fused pointwise values does, since Inductor's CPU kernels still materialise most
+of them. Sizes are evaluated at the graph's size hints.
 """
 
 from __future__ import annotations
@@ -31,9 +31,6 @@ import torch
 from torch import fx
 
 from cost_model import OpKind, SizeHints, classify, tensor_bytes
-
-# Consumers that read a pointwise producer inline in Inductor's generated kernels.
-_FUSING_CONSUMERS = frozenset({OpKind.POINTWISE, OpKind.REDUCTION})
 
 
 @dataclass(frozen=True)
@@ -72,8 +69,8 @@ class NodeFacts:
 class Walk:
     """A running total of live bytes over the nodes of one step, in the order they run."""
 
-    def __init__(self, facts: NodeFacts, fused: bool) -> None:
-        self.facts, self.fused = facts, fused
+    def __init__(self, facts: NodeFacts) -> None:
+        self.facts = facts
         self.live = 0
         self.sizes: dict[str, int] = {}  # storage name -> bytes, while live (across phases)
         self.timeline: list[tuple[str, str, int]] = []
@@ -103,10 +100,9 @@ class Walk:
         members = set(nodes)
         kind = self.facts.kind
         storage = _storages(nodes, kind)
-        fused_away = _fused_away(nodes, kept, kind) if self.fused else set()
         frees = _frees(nodes, storage, kept)
         for position, node in enumerate(nodes):
-            allocates = storage[node] is node and node not in fused_away and not _is_result(node)
+            allocates = storage[node] is node and not _is_result(node)
             if node.op == "call_function" and allocates:
                 # A multi-output op allocates every result; each lives as long as its getitem.
                 for owner, value in _results(node, members).items():
@@ -134,10 +130,9 @@ def predict_peak(
     *,
     num_user_outputs: int,
     hints: SizeHints,
-    fused: bool,
 ) -> PeakEstimate:
     """Walk both graphs; ``num_user_outputs`` leading forward outputs are the user's."""
-    walk = Walk(NodeFacts(hints), fused)
+    walk = Walk(NodeFacts(hints))
     walk.run("forward", list(forward.graph.nodes), _graph_outputs(forward))
     saved = {n.name for n in _outputs(forward)[num_user_outputs:] if isinstance(n, fx.Node)}
     for tangent in backward.graph.find_nodes(op="placeholder"):
@@ -215,19 +210,3 @@ def _frees(
         if owner not in kept_storage:
             frees.setdefault(position, []).append(owner.name)
     return frees
-
-
-def _fused_away(
-    nodes: Sequence[fx.Node], kept: set[fx.Node], kind: Callable[[fx.Node], OpKind]
-) -> set[fx.Node]:
-    """Pointwise values Inductor computes inside their consumers' kernels (never one that
-    outlives the phase: a graph output is written to memory)."""
-    members = set(nodes)
-    away: set[fx.Node] = set()
-    for node in nodes:
-        if node.op != "call_function" or node in kept or kind(node) is not OpKind.POINTWISE:
-            continue
-        readers = [user for user in node.users if user in members]
-        if all(user.op == "call_function" and kind(user) in _FUSING_CONSUMERS for user in readers):
-            away.add(node)
-    return away

@@ -92,19 +92,18 @@ def partition(
         measured = measure(joint, compiler=compiler, cache_dir=folder, time_limit=limit)
     device = measured.times.profile if measured is not None else resolve_device(options.device, joint)
     costed = build_problem(joint, device, measured)
-    fused = compiler == "inductor"
     schedule = JointSchedule.of(joint, costed.hints)
 
     def peak_of(plan: Plan) -> int:
         nodes = PlanNodes.of(costed, plan)
         states = nodes.state_bytes(costed)
-        return schedule.peak(set(nodes.saved), nodes.recomputed, states, fused=fused).peak_bytes
+        return schedule.peak(set(nodes.saved), nodes.recomputed, states).peak_bytes
 
     realized: dict[Plan, tuple[Partition, PeakEstimate]] = {}
 
     def realize_once(plan: Plan) -> tuple[Partition, PeakEstimate]:
         if plan not in realized:
-            realized[plan] = realize(costed, plan, fused=fused)
+            realized[plan] = realize(costed, plan)
         return realized[plan]
 
     decision = decide(costed.problem, options, peak_of, lambda plan: realize_once(plan)[1].peak_bytes)
@@ -143,8 +142,8 @@ class PlanNodes:
         return {node.name: items[i].size for i, node in zip(self.states, self.replayed, strict=True)}
 
 
-def realize(costed: Costed, plan: Plan, *, fused: bool) -> tuple[Partition, PeakEstimate]:
-    """The graphs a plan runs as, and their predicted peak (``fused``: Inductor compiles them)."""
+def realize(costed: Costed, plan: Plan) -> tuple[Partition, PeakEstimate]:
+    """The graphs a plan runs as, and their predicted peak."""
     nodes = PlanNodes.of(costed, plan)
     result = extract(costed.joint, list(nodes.saved), set(nodes.recomputed), list(nodes.replayed))
     peak = predict_peak(
@@ -152,7 +151,6 @@ def realize(costed: Costed, plan: Plan, *, fused: bool) -> tuple[Partition, Peak
         result.backward,
         num_user_outputs=costed.joint.num_fwd_outputs,
         hints=costed.hints,
-        fused=fused,
     )
     return result, peak
 

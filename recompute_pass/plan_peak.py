@@ -61,12 +61,10 @@ class JointSchedule:
         saved: set[fx.Node],
         recomputed: set[fx.Node],
         states: dict[str, int],
-        *,
-        fused: bool,
     ) -> PeakEstimate:
         """``states``: bytes of generator state saved per replayed draw (by node name)."""
         forward = self.forward | self._closure(saved & self.backward, lambda n: n in self.backward)
-        walk = Walk(self.facts, fused)
+        walk = Walk(self.facts)
         walk.run("forward", self._sorted(forward), saved | self.user_outputs, extra=states)
         for tangent in self.tangents:  # autograd's incoming gradients
             walk.allocate(tangent, tangent.name, tangent.meta.get("val"))

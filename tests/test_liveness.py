@@ -111,6 +111,6 @@ def test_joint_schedule_predicts_what_extraction_emits(name: str, fallback_rando
     schedule = JointSchedule.of(joint, costed.hints)
     for plan in dict.fromkeys(plans):
         nodes = PlanNodes.of(costed, plan)
-        simulated = schedule.peak(set(nodes.saved), nodes.recomputed, nodes.state_bytes(costed), fused=False)
-        _, extracted = realize(costed, plan, fused=False)
+        simulated = schedule.peak(set(nodes.saved), nodes.recomputed, nodes.state_bytes(costed))
+        _, extracted = realize(costed, plan)
         assert abs(simulated.peak_bytes - extracted.peak_bytes) <= 0.02 * extracted.peak_bytes
