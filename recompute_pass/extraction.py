@@ -48,19 +48,20 @@ def extract(
     backward.recompile()
 
     forward_names = {c.node.name for c in joint.candidates if c.forward}
-    in_backward = {n.name for n in backward.graph.nodes if n.op == "call_function"}
-    actual = in_backward & forward_names
+    replayed_names = {n.name for n in replayed} & _call_names(backward)
+    if replayed:  # before reordering, as PyTorch does: the replays are then placed like draws
+        forward, backward = _replay_rng(joint, forward, backward, replayed, len(saved_sym))
+    _check_no_fresh_draw(joint, backward)
+    # Reordering keeps what the gradients need (dropping, e.g., forward asserts copied along).
+    backward = ti.reordering_to_mimic_autograd_engine(backward)
+
+    actual = (_call_names(backward) & forward_names) | replayed_names
     expected = {n.name for n in recomputed if n.name in forward_names}
     if actual != expected:
         raise RuntimeError(
             "extracted backward disagrees with the plan: recomputes "
             f"{sorted(actual - expected)[:5]} unplanned, misses {sorted(expected - actual)[:5]}"
         )
-    if replayed:
-        forward, backward = _replay_rng(joint, forward, backward, replayed, len(saved_sym))
-    _check_no_fresh_draw(joint, backward)
-
-    backward = ti.reordering_to_mimic_autograd_engine(backward)
     forward = ti.raise_getitems(forward)
     backward = ti.raise_getitems(backward)
     forward = ti.thread_graphsafe_rng_from_hops(forward, is_backward=False)
@@ -72,6 +73,10 @@ def extract(
         recomputed=tuple(n.name for n in joint.module.graph.nodes if n.name in actual),
         replayed=tuple(n.name for n in replayed),
     )
+
+
+def _call_names(graph: fx.GraphModule) -> set[str]:
+    return {n.name for n in graph.graph.nodes if n.op == "call_function"}
 
 
 # Profiler spans are effects, but copying a forward span into backward is meaningless;

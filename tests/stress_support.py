@@ -64,8 +64,8 @@ def spy_partitions() -> Iterator[Spy]:
     spy = Spy()
     decide, extract = partitioner_module.decide, partitioner_module.extract
 
-    def spying_decide(problem: Problem, options: Any) -> Decision:
-        decision = decide(problem, options)
+    def spying_decide(problem: Problem, options: Any, *peaks: Any) -> Decision:
+        decision = decide(problem, options, *peaks)
         spy._pending.append((problem, decision))
         return decision
 
