@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import fx
 
+from cost_model import SizeHints
 from recompute_pass import torch_internals as ti
 from recompute_pass.costing import Costed, build_problem, measure, resolve_device
 from recompute_pass.extraction import Partition, extract
@@ -150,7 +151,8 @@ def realize(costed: Costed, plan: Plan) -> tuple[Partition, PeakEstimate]:
         result.forward,
         result.backward,
         num_user_outputs=costed.joint.num_fwd_outputs,
-        hints=costed.hints,
+        # Read again: replaying a draw can add a symbol (its state's size) after costing.
+        hints=SizeHints.from_graph(result.forward.graph),
     )
     return result, peak
 

@@ -292,7 +292,7 @@ solver: milp (optimal), device: cpu
 budget: ratio 0 -> 19,264 B (range 19,264..65,664 B)
 saved: 19,264 B in 4 activations (+13 static inputs)
 recomputed: 86 ops, 911,744 FLOP, est. 144 us
-predicted peak: 167,428 B (backward: mul#6)
+predicted peak: 170,308 B (backward: mul#6)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
