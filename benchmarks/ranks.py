@@ -21,7 +21,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=120)  # a hung collective fails the rank
+# A hung collective fails the rank; a loaded 2-core machine may take minutes between two.
+COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=240)
 
 
 def free_port() -> int:

@@ -28,7 +28,7 @@ def _with_test_settings(rank: int, world: int, target: Callable[..., Any], **kwa
         return target(rank, world, **kwargs)
 
 
-def run_ranks(fn: Callable[..., Any], *, timeout: float = 150.0, **kwargs: Any) -> list[Any]:
+def run_ranks(fn: Callable[..., Any], *, timeout: float = 300.0, **kwargs: Any) -> list[Any]:
     """``fn(rank, world, **kwargs)`` on ``WORLD`` gloo ranks, caches off (every compile
     partitions, so every rank reports); see ``benchmarks.ranks.run_ranks``."""
     return ranks.run_ranks(_with_test_settings, world=WORLD, timeout=timeout, target=fn, **kwargs)
