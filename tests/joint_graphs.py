@@ -11,6 +11,7 @@ from torch import fx
 
 from benchmarks.models import model_cases
 from recompute_pass import torch_internals as ti
+from recompute_pass.joint_graph import JointGraph, analyze, prepare
 
 REFERENCE_BATCH = 4
 
@@ -26,6 +27,16 @@ class CapturedJoint:
         graph = fx.Graph()
         graph.output(graph.graph_copy(self.module.graph, {}))
         return fx.GraphModule(self.module, graph)
+
+    def analyzed(self) -> JointGraph:
+        """A fresh copy, prepared and analysed as the partitioner's first stage does."""
+        module = self.copy()
+        prepare(module)
+        return analyze(
+            module,
+            num_fwd_outputs=self.num_fwd_outputs,
+            static_lifetime_input_indices=self.static_lifetime_input_indices,
+        )
 
 
 def capture_joints(

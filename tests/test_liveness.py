@@ -20,7 +20,6 @@ from recompute_pass import capture_reports, recompute_backend, recompute_eager_b
 from recompute_pass import torch_internals as ti
 from recompute_pass.costing import build_problem, resolve_device
 from recompute_pass.frontier import Relaxation, hull
-from recompute_pass.joint_graph import analyze, prepare
 from recompute_pass.partitioner import PlanNodes, realize
 from recompute_pass.peak_budget import segment_plans
 from recompute_pass.plan_peak import JointSchedule
@@ -98,13 +97,7 @@ def test_joint_schedule_predicts_what_extraction_emits(name: str, fallback_rando
     extracted graphs (the generator-state copies of replayed draws aside: within 2%)."""
     case = model_cases()[name]
     (captured,) = capture_joints(build(case), case_inputs(case))
-    module = captured.copy()
-    prepare(module)
-    joint = analyze(
-        module,
-        num_fwd_outputs=captured.num_fwd_outputs,
-        static_lifetime_input_indices=captured.static_lifetime_input_indices,
-    )
+    joint = captured.analyzed()
     costed = build_problem(joint, resolve_device("cpu", joint))
     hull_plans = hull(Relaxation.of(costed.problem), deadline=time.monotonic() + 60)
     plans = [*hull_plans, *segment_plans(costed.problem)]

@@ -36,7 +36,6 @@ from cost_model import (
 )
 from recompute_pass import RecomputeOptions
 from recompute_pass.costing import FUSIBLE, build_problem, measure
-from recompute_pass.joint_graph import analyze, prepare
 from recompute_pass.partitioner import partition
 from tests.joint_graphs import CapturedJoint, reference_joints
 
@@ -64,14 +63,7 @@ def stand_in(seconds: Callable[[fx.Node], float] = lambda n: 1e-6 * len(str(n.ta
 
 def joint_of(name: str) -> tuple[CapturedJoint, object]:
     (captured,) = reference_joints(name)
-    module = captured.copy()
-    prepare(module)
-    joint = analyze(
-        module,
-        num_fwd_outputs=captured.num_fwd_outputs,
-        static_lifetime_input_indices=captured.static_lifetime_input_indices,
-    )
-    return captured, joint
+    return captured, captured.analyzed()
 
 
 def partition_report(name: str, compiler: str | None = None, **options: object):
