@@ -93,9 +93,11 @@ def partition(
         measured = measure(joint, compiler=compiler, cache_dir=folder, time_limit=limit)
     device = measured.times.profile if measured is not None else resolve_device(options.device, joint)
     costed = build_problem(joint, device, measured)
-    schedule = JointSchedule.of(joint, costed.hints)
+    # Only a peak budget scores many plans; the saved-bytes path needs no schedule.
+    schedule = JointSchedule.of(joint, costed.hints) if options.budgets_peak else None
 
     def peak_of(plan: Plan) -> int:
+        assert schedule is not None
         nodes = PlanNodes.of(costed, plan)
         states = nodes.state_bytes(costed)
         return schedule.peak(set(nodes.saved), nodes.recomputed, states).peak_bytes
