@@ -82,6 +82,18 @@ def step_memory(
         backward(loss)
         torch.cuda.synchronize(device)
         return StepMemory(torch.cuda.max_memory_allocated(device) - start, after), loss
+    timeline, loss = step_timeline(forward, backward)
+    peak = max([0, *(level for _, level in timeline)])  # 0: the level at the start
+    after = next((level for phase, level in reversed(timeline) if phase == "forward"), 0)
+    return StepMemory(peak, after), loss
+
+
+def step_timeline(
+    forward: Callable[[], torch.Tensor], backward: Callable[[torch.Tensor], None]
+) -> tuple[list[tuple[str, int]], torch.Tensor]:
+    """CPU: the level after each allocation event of ``backward(forward())``, with the
+    phase it falls in, relative to the level at the start (the profiler's allocation
+    events, positive: allocation, negative: free, summed in time order)."""
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         loss = forward()
         with record_function(_BACKWARD_MARK):
@@ -91,10 +103,9 @@ def step_memory(
     allocations = sorted(
         (e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]" and e.device_type().name == "CPU"
     )
-    level = peak = after = 0
+    level = 0
+    timeline: list[tuple[str, int]] = []
     for ns, nbytes in allocations:
-        if ns < mark:
-            after += nbytes
         level += nbytes
-        peak = max(peak, level)
-    return StepMemory(peak, after), loss
+        timeline.append(("forward" if ns < mark else "backward", level))
+    return timeline, loss

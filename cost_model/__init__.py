@@ -32,6 +32,7 @@ from .measure import OpTimes, ProfilingStats, default_cache_dir, measure_op_time
 from .memory import tensor_bytes
 from .node_cost import ConcreteCost, NodeCost, node_cost
 from .runtime import estimate_runtime
+from .workspace import tensor_workspace_bytes, workspace_bytes
 
 __all__ = [
     "DEFAULT_UNBACKED_HINT",
@@ -52,4 +53,6 @@ __all__ = [
     "measure_op_times",
     "node_cost",
     "tensor_bytes",
+    "tensor_workspace_bytes",
+    "workspace_bytes",
 ]

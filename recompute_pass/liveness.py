@@ -8,16 +8,18 @@ reordered to mimic the autograd engine, which places recomputation just before i
 use), and keeps a running total:
 
 - a node allocates its output when it runs, unless the output aliases another value
-  (views, ``getitem`` of a multi-output op, in-place ops), or Inductor fuses it away;
+  (views, ``getitem`` of a multi-output op, in-place ops); while it runs, its kernel may
+  hold a temporary of its own (``cost_model.workspace_bytes``);
 - a value is freed after its last use (a view keeps its base alive until the view dies);
 - forward outputs outlive the forward: saved tensors until their last backward use, user
   outputs (the loss) to the end of the step; backward outputs (gradients) to the end;
 - tangents are allocated when backward starts.
 
-Inductor's fusion is not modelled: every value is taken as allocated. Measured through
-Inductor on CPU (``benchmarks/results/peak``), that predicts the peak better than
-dropping fused pointwise values does, since Inductor's CPU kernels still materialise most
-of them. Sizes are evaluated at the graph's size hints.
+This is what runs without codegen (``recompute_eager_backend``), exact to the allocator
+there. Inductor runs the graphs otherwise (fusion, reordering, a reuse pool, in-place
+writes), so under ``torch.compile`` the peak comes from Inductor's own plan
+(``inductor_memory``); this walk stays the fast estimate that ranks plans
+(``plan_peak``). Sizes are evaluated at the graph's size hints.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from types import MappingProxyType
 import torch
 from torch import fx
 
-from cost_model import OpKind, SizeHints, classify, tensor_bytes
+from cost_model import OpKind, SizeHints, classify, tensor_bytes, tensor_workspace_bytes
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,9 @@ class PeakEstimate:
     peak_bytes: int
     peak_phase: str  # "forward" or "backward"
     peak_node: str  # the node whose allocation reaches the peak
-    timeline: tuple[tuple[str, str, int], ...]  # (phase, node, live bytes after it runs)
+    timeline: tuple[tuple[str, str, int], ...]  # (phase, node, live bytes as it runs)
+    model: str = "graph"  # "graph": the graphs walked as emitted (here); "inductor": ``inductor_memory``
+    note: str = ""  # why the model is not the one asked for, if it is not
 
 
 class NodeFacts:
@@ -51,6 +55,7 @@ class NodeFacts:
         self.hints = hints
         self._kinds: dict[fx.Node, OpKind] = {}
         self._bytes: dict[tuple[fx.Node, str], int] = {}
+        self._workspace: dict[fx.Node, int] = {}
 
     def kind(self, node: fx.Node) -> OpKind:
         kind = self._kinds.get(node)
@@ -63,6 +68,17 @@ class NodeFacts:
         size = self._bytes.get((node, owner))
         if size is None:
             size = self._bytes[(node, owner)] = self.hints.evaluate(tensor_bytes(value))
+        return size
+
+    def workspace(self, node: fx.Node) -> int:
+        """Bytes the node's kernel holds only while it runs (``cost_model.workspace_bytes``);
+        a replayed draw's is its wrapped op's."""
+        size = self._workspace.get(node)
+        if size is None:
+            ops = [node.target, *(a for a in node.args if callable(a) and not isinstance(a, fx.Node))]
+            tensors = [v for n in node.all_input_nodes if isinstance(v := n.meta.get("val"), torch.Tensor)]
+            size = max(tensor_workspace_bytes(op, tensors, self.hints) for op in ops)
+            self._workspace[node] = size
         return size
 
 
@@ -109,7 +125,8 @@ class Walk:
                     self.allocate(node, owner, value)
                 if node.name in extra:
                     self.allocate_bytes(f"{node.name}.extra", extra[node.name])
-            self.timeline.append((phase, node.name, self.live))
+            workspace = self.facts.workspace(node) if node.op == "call_function" else 0
+            self.timeline.append((phase, node.name, self.live + workspace))
             for name in frees.get(position, ()):
                 self.free(name)
             if node.name in releases:

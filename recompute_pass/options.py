@@ -21,7 +21,8 @@ SOLVERS = tuple(STRATEGIES)  # the registry is the list: a new strategy is a val
 DEVICES = ("auto", "measure", *sorted(PROFILES))
 
 
-BUDGET_MODES = ("saved", "peak")
+BUDGET_MODES = ("peak", "saved")
+PEAK_MODELS = ("auto", "graph")
 
 
 def _fail(option: str, value: object, valid: str) -> ValueError:
@@ -34,11 +35,16 @@ class RecomputeOptions:
 
     memory_budget: ratio in [0, 1] of the range of what ``budget_mode`` measures (README,
         "Budget semantics").
-    memory_budget_bytes: absolute cap on saved activation bytes; overrides the ratio.
-    budget_mode: ``"saved"``, the ratio spans the activation bytes saved for backward (what
-        PyTorch's ``activation_memory_budget`` measures); ``"peak"``, it spans the step's
-        predicted peak.
+    memory_budget_bytes: absolute cap on saved activation bytes; overrides the ratio and
+        implies ``"saved"``.
+    budget_mode: ``"peak"``, the ratio spans the step's predicted peak; ``"saved"``, it
+        spans the activation bytes saved for backward (what PyTorch's
+        ``activation_memory_budget`` measures).
     peak_memory_bytes: absolute cap on the step's predicted peak (implies ``"peak"``).
+    peak_model: how the peak is predicted. ``"auto"``: from Inductor's own memory plan
+        when Inductor compiles the graphs (``inductor_memory``), from the graphs
+        themselves otherwise (``liveness``); ``"graph"``: always from the graphs, which
+        saves Inductor's lowering (a second or so per plan) and mispredicts its peak.
     solver: one of ``SOLVERS``.
     device: a profile name from ``cost_model.PROFILES``, ``"auto"`` (from the graph's
         device), ``"measure"`` (each candidate op timed on the graph's device, cached on
@@ -58,8 +64,9 @@ class RecomputeOptions:
 
     memory_budget: float = 1.0
     memory_budget_bytes: int | None = None
-    budget_mode: str = "saved"
+    budget_mode: str = "peak"
     peak_memory_bytes: int | None = None
+    peak_model: str = "auto"
     solver: str = "milp"
     device: str | DeviceProfile = "auto"
     time_limit: float = 10.0
@@ -86,6 +93,8 @@ class RecomputeOptions:
             raise _fail(
                 "peak_memory_bytes", self.peak_memory_bytes, "None when memory_budget_bytes is set (one cap)"
             )
+        if self.peak_model not in PEAK_MODELS:
+            raise _fail("peak_model", self.peak_model, f"one of {', '.join(PEAK_MODELS)}")
         if self.solver not in SOLVERS:
             raise _fail("solver", self.solver, f"one of {', '.join(SOLVERS)}")
         if not isinstance(self.device, DeviceProfile) and self.device not in DEVICES:
@@ -113,8 +122,11 @@ class RecomputeOptions:
 
     @property
     def budgets_peak(self) -> bool:
-        """Whether the budget is over the step's peak (else over saved bytes)."""
-        return self.budget_mode == "peak" or self.peak_memory_bytes is not None
+        """Whether the budget is over the step's peak (else over saved bytes): an absolute
+        cap says which; else ``budget_mode``."""
+        if self.peak_memory_bytes is not None or self.memory_budget_bytes is not None:
+            return self.peak_memory_bytes is not None
+        return self.budget_mode == "peak"
 
     def replace(self, **changes: Any) -> RecomputeOptions:
         unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})

@@ -16,11 +16,12 @@ import torch
 from torch import fx
 
 from cost_model import SizeHints
+from recompute_pass import inductor_memory, liveness
 from recompute_pass import torch_internals as ti
 from recompute_pass.costing import Costed, build_problem, measure, resolve_device
 from recompute_pass.extraction import Partition, extract
 from recompute_pass.joint_graph import RegionBudgetError, analyze, prepare
-from recompute_pass.liveness import PeakEstimate, predict_peak
+from recompute_pass.liveness import PeakEstimate
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.plan_peak import JointSchedule
 from recompute_pass.plan_sync import PlanSyncError, agree, partition_digest, rank_and_world
@@ -83,9 +84,14 @@ def partition(
     static = ti.flat_static_input_indices(primals, static_lifetime_input_indices)
     static = charged_static_inputs(module, static, compiler)
     joint = analyze(module, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=static)
-    if joint.region_budget is not None:  # the user's word for this graph overrides the global one
+    if joint.region_budget is not None:
+        # The user's word for this graph overrides the global one, in PyTorch's units:
+        # a ratio of saved activation bytes.
         options = options.replace(
-            memory_budget=joint.region_budget, memory_budget_bytes=None, peak_memory_bytes=None
+            memory_budget=joint.region_budget,
+            memory_budget_bytes=None,
+            peak_memory_bytes=None,
+            budget_mode="saved",
         )
     measured = None
     if options.device == "measure":
@@ -103,10 +109,11 @@ def partition(
         return schedule.peak(set(nodes.saved), nodes.recomputed, states).peak_bytes
 
     realized: dict[Plan, tuple[Partition, PeakEstimate]] = {}
+    inductor = compiler == "inductor" and options.peak_model == "auto"
 
     def realize_once(plan: Plan) -> tuple[Partition, PeakEstimate]:
         if plan not in realized:
-            realized[plan] = realize(costed, plan)
+            realized[plan] = realize(costed, plan, inductor=inductor)
         return realized[plan]
 
     decision = decide(costed.problem, options, peak_of, lambda plan: realize_once(plan)[1].peak_bytes)
@@ -145,18 +152,33 @@ class PlanNodes:
         return {node.name: items[i].size for i, node in zip(self.states, self.replayed, strict=True)}
 
 
-def realize(costed: Costed, plan: Plan) -> tuple[Partition, PeakEstimate]:
-    """The graphs a plan runs as, and their predicted peak."""
+def realize(costed: Costed, plan: Plan, *, inductor: bool = False) -> tuple[Partition, PeakEstimate]:
+    """The graphs a plan runs as, and their predicted peak: from Inductor's memory plan
+    when ``inductor`` (the graphs will be compiled by Inductor), else from the graphs."""
     nodes = PlanNodes.of(costed, plan)
     result = extract(costed.joint, list(nodes.saved), set(nodes.recomputed), list(nodes.replayed))
-    peak = predict_peak(
-        result.forward,
-        result.backward,
-        num_user_outputs=costed.joint.num_fwd_outputs,
-        # Read again: replaying a draw can add a symbol (its state's size) after costing.
-        hints=SizeHints.from_graph(result.forward.graph),
+    # Read again: replaying a draw can add a symbol (its state's size) after costing.
+    hints = SizeHints.from_graph(result.forward.graph)
+    args = (result.forward, result.backward)
+    users = costed.joint.num_fwd_outputs
+    if inductor:
+        try:
+            return result, inductor_memory.predict_peak(*args, num_user_outputs=users, hints=hints)
+        except Exception as error:  # a prediction, never worth failing the compile for
+            cause = f"{type(error).__name__}: {error}".splitlines()[0][:200]
+            _warn_inductor_model_failed(cause)
+            log.debug("recompute_pass: Inductor memory plan failed:\n%s", traceback.format_exc())
+            peak = liveness.predict_peak(*args, num_user_outputs=users, hints=hints)
+            return result, dataclasses.replace(peak, note=f"Inductor's memory plan failed ({cause})")
+    return result, liveness.predict_peak(*args, num_user_outputs=users, hints=hints)
+
+
+@functools.cache
+def _warn_inductor_model_failed(cause: str) -> None:
+    """Once per cause: the peak then comes from the graphs, which mispredict Inductor's."""
+    log.warning(
+        "recompute_pass: predicting the peak from the graphs; Inductor's memory plan failed: %s", cause
     )
-    return result, peak
 
 
 class RecomputePartitioner(ti.CustomPartitionerFn):

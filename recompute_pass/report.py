@@ -81,6 +81,12 @@ class PartitionReport:
     # and where it is reached ("forward: <name>" or "backward: <name>").
     predicted_peak_bytes: int | None = None
     peak_at: str | None = None
+    # How the peak was predicted: "inductor" (Inductor's own memory plan, under
+    # torch.compile) or "graph" (the graphs walked as they run without codegen).
+    peak_model: str | None = None
+    # The predicted live bytes as each node runs: (phase, canonical node name, bytes), in
+    # the order the step runs them (``benchmarks.timeline`` draws it against the profiler).
+    peak_timeline: tuple[tuple[str, str, int], ...] = ()
     # What the budget fields measure: "saved" activation bytes, or the step's "peak"; in
     # the latter case ``frontier`` holds (predicted peak, estimated overhead) points.
     budget_kind: str = "saved"
@@ -120,7 +126,8 @@ class PartitionReport:
             f" (+{sum(s.static for s in self.saved)} static inputs)",
             f"recomputed: {len(self.recomputed)} ops, {_fmt_count(self.recompute_flops)} FLOP,"
             f" est. {_fmt_seconds(self.estimated_recompute_time)}",
-            f"predicted peak: {_fmt_count(self.predicted_peak_bytes)} B ({self.peak_at})",
+            f"predicted peak: {_fmt_count(self.predicted_peak_bytes)} B"
+            f" ({self.peak_at}; {self.peak_model} model)",
         ]
         lines += [f"note: {n}" for n in self.notes]
         if self.frontier:
@@ -308,10 +315,12 @@ def build_report(
         device=costed.device.name,
         saved=tuple(saved),
         recomputed=tuple(recomputed),
-        notes=(*decision.notes, *_unreplayable_draws(costed, names)),
+        notes=(*decision.notes, *_unreplayable_draws(costed, names), *filter(None, [peak.note])),
         frontier=decision.peak_frontier
         or tuple((plan.size(problem), plan.cost(problem)) for plan in decision.frontier),
         budget_kind=decision.budget_kind,
         predicted_peak_bytes=peak.peak_bytes,
         peak_at=f"{peak.peak_phase}: {by_name.get(peak.peak_node, peak.peak_node)}",
+        peak_model=peak.model,
+        peak_timeline=tuple((phase, by_name.get(node, node), live) for phase, node, live in peak.timeline),
     )

@@ -49,29 +49,55 @@ from torch._functorch.partitioners import (
 from torch._functorch.partitioners import functionalize_rng_ops as _functionalize_rng_ops
 from torch._guards import detect_fake_mode
 from torch._inductor import config as inductor_config
-from torch._inductor.compile_fx import compile_fx, select_decomp_table
+from torch._inductor import ir as inductor_ir
+from torch._inductor.codegen.cpp import CppScheduling
+from torch._inductor.codegen.wrapper import buffer_reuse_key, can_match_buffer_size
+from torch._inductor.compile_fx import (
+    _recursive_post_grad_passes,
+    _recursive_record_original_output_strides,
+    compile_fx,
+    fake_tensor_prop,
+    select_decomp_table,
+)
 from torch._inductor.custom_graph_pass import CustomPartitionerFn
+from torch._inductor.debug import DebugContext
+from torch._inductor.fx_passes.post_grad import view_to_reshape
 from torch._inductor.graph import GraphLowering
+from torch._inductor.memory import (
+    compute_size_for_scheduler_buffer,
+    estimate_peak_memory,
+    get_freeable_input_buf,
+)
+from torch._inductor.scheduler import NopKernelSchedulerNode, Scheduler, SchedulerNode
+from torch._inductor.virtualized import V
 from torch._ops import HigherOrderOperator, OpOverload
 from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
-from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.fx.experimental.proxy_tensor import is_sym_node
 from torch.fx.traceback import _get_memory_budget_annotation
 from torch.utils._mode_utils import no_dispatch
 
 __all__ = [
+    "CPP_MAX_KERNEL_GROUP_ARGS",
     "CustomPartitionerFn",
     "HigherOrderOperator",
+    "NopKernelSchedulerNode",
     "PlainAOTInput",
+    "SchedulerNode",
     "SubclassGetAttrAOTInput",
     "aot_autograd",
+    "buffer_reuse_key",
+    "can_match_buffer_size",
     "classify_nodes",
     "cleanup_recompute_tags",
     "compile_fx",
+    "compute_size_for_scheduler_buffer",
     "decide_layout_opt",
     "default_partition",
+    "detect_fake_mode",
     "dynamo_config",
     "eager_aot_backend",
+    "estimate_peak_memory",
     "extract_fwd_bwd_modules",
     "extract_fwd_bwd_outputs",
     "flat_static_input_indices",
@@ -81,8 +107,13 @@ __all__ = [
     "functionalize_rng_ops",
     "functorch_config",
     "fx_graph_cse",
+    "get_freeable_input_buf",
     "inductor_config",
+    "inductor_ir",
+    "inductor_schedule",
+    "inductor_size_hint",
     "is_bwd_seed_offset",
+    "is_fake_tensor",
     "is_functional_op",
     "is_subgraph_body_call",
     "is_fwd_seed_offset",
@@ -268,3 +299,62 @@ def object_collective_device(group: object = None) -> torch.device:
     from torch.distributed.distributed_c10d import _get_object_coll_device
 
     return torch.device(_get_object_coll_device(group))
+
+
+# Inductor's C++ backend runs consecutive kernels as one group until this many arguments.
+CPP_MAX_KERNEL_GROUP_ARGS = CppScheduling.MAX_FUSED_KERNEL_ARGS_NUM
+
+
+@contextlib.contextmanager
+def inductor_schedule(
+    gm: fx.GraphModule, *, is_backward: bool, donated: Sequence[int]
+) -> Iterator[tuple[GraphLowering, Scheduler]]:
+    """``gm`` lowered and scheduled as Inductor's compile would (``fx_codegen_and_compile``
+    in torch 2.13), stopping before code generation: fake-tensor propagation from the
+    placeholders' values, post-grad passes, lowering, and the scheduler (fusion, order).
+
+    ``gm`` is modified: pass a copy. ``donated``: backward input positions whose storage
+    the graph may reuse (AOTAutograd's ``bw_donated_idxs``). Autotuning is off: its
+    choice changes no buffer the wrapper allocates, and it would run kernels here.
+    """
+    inputs = [n.meta.get("val") for n in gm.graph.find_nodes(op="placeholder")]
+    fake_mode = detect_fake_mode(inputs)
+    if fake_mode is None:
+        raise ValueError("the graph's placeholders carry no fake tensors")
+    # A forward's real compile gets real inputs and a mode that accepts real tensors
+    # (generator states drawn while lowering a replayed draw).
+    allowed, fake_mode.allow_non_fake_inputs = fake_mode.allow_non_fake_inputs, True
+    try:
+        with inductor_config.patch(max_autotune=False, max_autotune_gemm=False, benchmark_fusion=False):
+            view_to_reshape(gm)
+            with torch.no_grad():
+                fake_tensor_prop(gm, inputs)
+            _recursive_record_original_output_strides(gm)
+            with V.set_fake_mode(fake_mode), DebugContext():
+                _recursive_post_grad_passes(gm, is_inference=False)
+                lowering = GraphLowering(
+                    gm,
+                    example_inputs=inputs,
+                    shape_env=fake_mode.shape_env,
+                    is_inference=False,
+                    is_backward=is_backward,
+                )
+                lowering.freeze_runtime_asserts()
+                lowering.bw_donated_idxs = list(donated) if is_backward else None
+                with V.set_graph_handler(lowering), V.set_extern_kernel_nodes([]):
+                    lowering.run(*inputs)
+                    lowering.init_wrapper_code()
+                    scheduler = Scheduler(lowering.operations)
+                    lowering.scheduler = scheduler
+                    yield lowering, scheduler
+    finally:
+        fake_mode.allow_non_fake_inputs = allowed
+
+
+def inductor_size_hint(expr: object) -> int:
+    """An Inductor size expression at its hint, inside ``inductor_schedule``."""
+    return int(V.graph.sizevars.optimization_hint(expr, fallback=0))
+
+
+def is_fake_tensor(value: object) -> bool:
+    return isinstance(value, FakeTensor)

@@ -52,32 +52,40 @@ class Partitioned:
 class Spy:
     calls: list[Partitioned] = field(default_factory=list)
     _pending: list[tuple[Problem, Decision]] = field(default_factory=list)
+    _realized: dict[object, Partition] = field(default_factory=dict)  # this partition's, by plan
 
 
 @contextlib.contextmanager
 def spy_partitions() -> Iterator[Spy]:
     """Record the problem, decision and extracted graphs of every partition in the block.
 
-    Wraps the partitioner's stage functions (``decide``, ``extract``) without changing
-    what they return, so a test can check the plan independently of the report.
+    Wraps the partitioner's stage functions (``decide``, ``realize``) without changing
+    what they return, so a test can check the plan independently of the report. A peak
+    budget realizes plans while it decides, the chosen one among them.
     """
     spy = Spy()
-    decide, extract = partitioner_module.decide, partitioner_module.extract
+    decide, realize = partitioner_module.decide, partitioner_module.realize
 
     def spying_decide(problem: Problem, options: Any, *peaks: Any) -> Decision:
+        spy._realized.clear()
         decision = decide(problem, options, *peaks)
-        spy._pending.append((problem, decision))
+        if decision.plan in spy._realized:
+            spy.calls.append(Partitioned(problem, decision, spy._realized[decision.plan]))
+        else:
+            spy._pending.append((problem, decision))
         return decision
 
-    def spying_extract(*args: Any, **kwargs: Any) -> Partition:
-        result = extract(*args, **kwargs)
-        problem, decision = spy._pending.pop()
-        spy.calls.append(Partitioned(problem, decision, result))
+    def spying_realize(costed: Any, plan: Any, **kwargs: Any) -> Any:
+        result = realize(costed, plan, **kwargs)
+        spy._realized[plan] = result[0]
+        if spy._pending and spy._pending[-1][1].plan == plan:
+            problem, decision = spy._pending.pop()
+            spy.calls.append(Partitioned(problem, decision, result[0]))
         return result
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(partitioner_module, "decide", spying_decide)
-        patch.setattr(partitioner_module, "extract", spying_extract)
+        patch.setattr(partitioner_module, "realize", spying_realize)
         yield spy
 
 

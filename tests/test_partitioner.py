@@ -33,7 +33,7 @@ def eager_steps():
 @pytest.mark.parametrize("name", MODELS)
 def test_gradients_match_eager_and_budget_holds(name: str, budget: float, eager_steps) -> None:
     case = CASES[name]
-    backend = recompute_eager_backend.with_options(memory_budget=budget, fallback=False)
+    backend = recompute_eager_backend.with_options(memory_budget=budget, budget_mode="saved", fallback=False)
     step = run_step(build(case), case_inputs(case), backend=backend)
     assert_same_step(step, eager_steps[name])
     (report,) = step.reports
@@ -49,7 +49,7 @@ def test_budget_extremes_order_the_plans(name: str) -> None:
     case = CASES[name]
     reports = {}
     for budget in (0.0, 1.0):
-        backend = recompute_eager_backend.with_options(memory_budget=budget, fallback=False)
+        backend = recompute_eager_backend.with_options(memory_budget=budget, budget_mode="saved", fallback=False)
         (reports[budget],) = run_step(build(case), case_inputs(case), backend=backend).reports
     assert reports[0.0].saved_bytes == reports[0.0].min_bytes
     assert reports[1.0].saved_bytes == reports[1.0].max_bytes  # the fastest plan's bytes

@@ -30,13 +30,15 @@ def joint(name: str) -> CapturedJoint:
     return captured
 
 
-def report_text(name: str, **options: object) -> str:
+def report_text(name: str, *, compiler: str | None = None, **options: object) -> str:
+    """``compiler="inductor"``: partitioned as under ``torch.compile`` (Inductor's memory plan)."""
     captured = joint(name)
     *_, report = partition(
         captured.copy(),
         num_fwd_outputs=captured.num_fwd_outputs,
         static_lifetime_input_indices=captured.static_lifetime_input_indices,
         options=RecomputeOptions(device="cpu", **options),
+        compiler=compiler,
     )
     return report.to_text()
 
@@ -50,11 +52,27 @@ def _native_dropout():
 
 
 class TestSnapshots(TestCase):
-    pass
+    def test_gpt_block_peak_1(self) -> None:
+        self.assertExpectedInline(report_text("gpt_block", memory_budget=1.0), """""")
+
+    def test_gpt_block_peak_0_5(self) -> None:
+        self.assertExpectedInline(report_text("gpt_block", memory_budget=0.5), """""")
+
+    def test_gpt_block_peak_0(self) -> None:
+        self.assertExpectedInline(report_text("gpt_block", memory_budget=0.0), """""")
+
+    def test_llama_block_peak_0_5(self) -> None:
+        self.assertExpectedInline(report_text("llama_block", memory_budget=0.5), """""")
+
+    def test_llama_block_peak_cap(self) -> None:
+        self.assertExpectedInline(report_text("llama_block", peak_memory_bytes=150_000), """""")
+
+    def test_llama_block_peak_0_5_under_inductor(self) -> None:
+        self.assertExpectedInline(report_text("llama_block", memory_budget=0.5, compiler="inductor"), """""")
 
     def test_mlp_budget_1(self) -> None:
         self.assertExpectedInline(
-            report_text("mlp", memory_budget=1.0),
+            report_text("mlp", memory_budget=1.0, budget_mode="saved"),
             """\
 solver: milp (optimal), device: cpu
 budget: ratio 1 -> 2,048 B (range 256..2,048 B)
@@ -80,7 +98,7 @@ saved activations:
 
     def test_mlp_budget_0_5(self) -> None:
         self.assertExpectedInline(
-            report_text("mlp", memory_budget=0.5),
+            report_text("mlp", memory_budget=0.5, budget_mode="saved"),
             """\
 solver: milp (optimal), device: cpu
 budget: ratio 0.5 -> 1,152 B (range 256..2,048 B)
@@ -113,7 +131,7 @@ recomputed (views, free, not listed: 3):
 
     def test_mlp_budget_0(self) -> None:
         self.assertExpectedInline(
-            report_text("mlp", memory_budget=0.0),
+            report_text("mlp", memory_budget=0.0, budget_mode="saved"),
             """\
 solver: milp (optimal), device: cpu
 budget: ratio 0 -> 256 B (range 256..2,048 B)
@@ -172,7 +190,7 @@ saved activations:
 
     def test_gpt_block_budget_1(self) -> None:
         self.assertExpectedInline(
-            report_text("gpt_block", memory_budget=1.0),
+            report_text("gpt_block", memory_budget=1.0, budget_mode="saved"),
             """\
 solver: milp (optimal), device: cpu
 budget: ratio 1 -> 65,664 B (range 19,264..65,664 B)
@@ -225,7 +243,7 @@ recomputed (views, free, not listed: 16):
 
     def test_gpt_block_budget_0_5(self) -> None:
         self.assertExpectedInline(
-            report_text("gpt_block", memory_budget=0.5),
+            report_text("gpt_block", memory_budget=0.5, budget_mode="saved"),
             """\
 solver: milp (optimal), device: cpu
 budget: ratio 0.5 -> 42,464 B (range 19,264..65,664 B)
@@ -286,7 +304,7 @@ recomputed (views, free, not listed: 17):
 
     def test_gpt_block_budget_0(self) -> None:
         self.assertExpectedInline(
-            report_text("gpt_block", memory_budget=0.0),
+            report_text("gpt_block", memory_budget=0.0, budget_mode="saved"),
             """\
 solver: milp (optimal), device: cpu
 budget: ratio 0 -> 19,264 B (range 19,264..65,664 B)
@@ -423,7 +441,7 @@ recomputed (views, free, not listed: 17):
 
     def test_llama_block_budget_1(self) -> None:
         self.assertExpectedInline(
-            report_text("llama_block", memory_budget=1.0),
+            report_text("llama_block", memory_budget=1.0, budget_mode="saved"),
             """\
 solver: milp (optimal), device: cpu
 budget: ratio 1 -> 51,840 B (range 4,096..51,840 B)
@@ -469,7 +487,7 @@ recomputed (views, free, not listed: 22):
 
     def test_llama_block_budget_0_5(self) -> None:
         self.assertExpectedInline(
-            report_text("llama_block", memory_budget=0.5),
+            report_text("llama_block", memory_budget=0.5, budget_mode="saved"),
             """\
 solver: milp (optimal), device: cpu
 budget: ratio 0.5 -> 27,968 B (range 4,096..51,840 B)
@@ -515,7 +533,7 @@ recomputed (views, free, not listed: 22):
 
     def test_llama_block_budget_0(self) -> None:
         self.assertExpectedInline(
-            report_text("llama_block", memory_budget=0.0),
+            report_text("llama_block", memory_budget=0.0, budget_mode="saved"),
             """\
 solver: milp (optimal), device: cpu
 budget: ratio 0 -> 4,096 B (range 4,096..51,840 B)
@@ -630,7 +648,7 @@ recomputed (views, free, not listed: 22):
 
     def test_cnn_budget_1(self) -> None:
         self.assertExpectedInline(
-            report_text("cnn", memory_budget=1.0),
+            report_text("cnn", memory_budget=1.0, budget_mode="saved"),
             """\
 solver: milp (optimal), device: cpu
 budget: ratio 1 -> 88,426 B (range 6,160..88,426 B)
@@ -681,7 +699,7 @@ recomputed (views, free, not listed: 7):
 
     def test_cnn_budget_0_5(self) -> None:
         self.assertExpectedInline(
-            report_text("cnn", memory_budget=0.5),
+            report_text("cnn", memory_budget=0.5, budget_mode="saved"),
             """\
 solver: milp (optimal), device: cpu
 budget: ratio 0.5 -> 47,293 B (range 6,160..88,426 B)
@@ -742,7 +760,7 @@ recomputed (views, free, not listed: 17):
 
     def test_cnn_budget_0(self) -> None:
         self.assertExpectedInline(
-            report_text("cnn", memory_budget=0.0),
+            report_text("cnn", memory_budget=0.0, budget_mode="saved"),
             """\
 solver: milp (optimal), device: cpu
 budget: ratio 0 -> 6,160 B (range 6,160..88,426 B)

@@ -30,14 +30,17 @@ CONFIG_SETTINGS = {
     ),
     "dynamo_config": ("accumulated_recompile_limit", "recompile_limit"),
     "inductor_config": (
+        "benchmark_fusion",
         "compile_threads",
         "custom_partitioner_fn",
         "fallback_random",
         "force_disable_caches",
         "fx_graph_cache",
+        "max_autotune",
+        "max_autotune_gemm",
     ),
 }
-NOT_CALLABLE = {(cost_ti, "flop_registry")}
+NOT_CALLABLE = {(cost_ti, "flop_registry"), (pass_ti, "CPP_MAX_KERNEL_GROUP_ARGS"), (pass_ti, "inductor_ir")}
 
 
 def _exported() -> list[tuple[ModuleType, str]]:
