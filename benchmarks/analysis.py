@@ -7,6 +7,7 @@ gradients is never a point of a valid frontier.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -15,6 +16,8 @@ from benchmarks.systems import PYTORCH_DEFAULT_BUDGET, SYSTEMS
 
 MEGATRON_FLOPS_PCT = 3.0
 SOLVE_SECONDS = 1.0
+PEAK_MONOTONE_SLACK = 0.02  # measured peak may rise by this much as the budget falls
+PEAK_PREDICTION_TOLERANCE = 0.05
 BYTES_TOLERANCE = 0.001
 """Saved bytes within 0.1% count as equal: two partitioners' plans at "the same" bytes differ
 by a few KiB of per-channel statistics, which must not decide a comparison of MiB."""
@@ -201,6 +204,7 @@ def targets(records: Sequence[Record], solve_time: object) -> list[Target]:
                 f" {held(point.selective):,} B (selective itself: {_p(point.pct(point.selective))})",
             )
         )
+    result += peak_targets(records)
     if isinstance(solve_time, list) and solve_time:
         worst = max(solve_time, key=lambda s: s["solve_seconds"])
         result.append(
@@ -216,6 +220,72 @@ def targets(records: Sequence[Record], solve_time: object) -> list[Target]:
             Target(f"Solve time < {SOLVE_SECONDS:g} s on a 12-layer GPT graph", None, str(solve_time))
         )
     return result
+
+
+def peak_targets(records: Sequence[Record]) -> list[Target]:
+    """The peak-budget targets: measured peak falls with the budget, budget 0 beats
+    per-block checkpointing, the prediction is within 5%, and the budget holds."""
+    models = [m for m in models_of(records) if any(valid(r) for r in of(records, m, "recompute_peak"))]
+    if not models:
+        return [Target("Peak budgets (recompute_peak)", None, "not measured")]
+    rising, above, budget_misses = [], [], []
+    for model in models:
+        sweep = [r for r in of(records, model, "recompute_peak") if valid(r) and r.peak_bytes is not None]
+        for lower, higher in itertools.pairwise(sweep):  # by budget, ascending
+            if lower.peak_bytes > higher.peak_bytes * (1 + PEAK_MONOTONE_SLACK):  # type: ignore[operator]
+                rising.append(f"{model} {higher.budget:g}->{lower.budget:g}")
+        checkpoint = next((r for r in of(records, model, "checkpoint") if valid(r)), None)
+        zero = next((r for r in sweep if r.budget == 0.0), None)
+        if checkpoint is None or zero is None:
+            above.append(f"{model} (not measured)")
+        elif zero.peak_bytes > checkpoint.peak_bytes or zero.recompute_flops > checkpoint.recompute_flops:  # type: ignore[operator]
+            above.append(
+                f"{model} ({_mib(zero.peak_bytes)} vs {_mib(checkpoint.peak_bytes)},"
+                f" {zero.recompute_flops / 1e6:.0f} vs {checkpoint.recompute_flops / 1e6:.0f} MFLOP)"  # type: ignore[operator]
+            )
+        budget_misses += [
+            f"{model} b={r.budget:g}"
+            for r in sweep
+            if r.report_budget_bytes is not None and r.peak_bytes > r.report_budget_bytes  # type: ignore[operator]
+        ]
+    predicted = [
+        r
+        for r in records
+        if SYSTEMS[r.system].ours and valid(r) and r.peak_bytes and r.report_predicted_peak_bytes is not None
+    ]
+    errors = {r: r.report_predicted_peak_bytes / r.peak_bytes - 1 for r in predicted}  # type: ignore[operator]
+    worst = max(errors, key=lambda r: abs(errors[r]), default=None)
+    outside = [r for r in predicted if abs(errors[r]) > PEAK_PREDICTION_TOLERANCE]
+    return [
+        Target(
+            f"Measured peak non-increasing as the peak budget falls 1 -> 0 ({PEAK_MONOTONE_SLACK:.0%} slack)",
+            not rising,
+            f"{len(models)} models" + (f"; rises at {', '.join(rising)}" if rising else ""),
+        ),
+        Target(
+            "At peak budget 0: measured peak <= eager per-block checkpointing's, no more recompute FLOPs",
+            not above,
+            f"{len(models) - len(above)}/{len(models)} models"
+            + (f"; not {', '.join(above)}" if above else ""),
+        ),
+        Target(
+            f"Predicted peak within {PEAK_PREDICTION_TOLERANCE:.0%} of measured, every configuration of ours",
+            None if worst is None else not outside,
+            "not measured"
+            if worst is None
+            else f"{len(predicted) - len(outside)}/{len(predicted)} within; worst {errors[worst]:+.1%}"
+            f" ({worst.model}/{worst.system}/b={worst.budget})",
+        ),
+        Target(
+            "Peak budgets hold at run time (measured peak <= the budget's bytes)",
+            not budget_misses,
+            f"{len(models)} models" + (f"; over at {', '.join(budget_misses)}" if budget_misses else ""),
+        ),
+    ]
+
+
+def _mib(value: int | None) -> str:
+    return "-" if value is None else f"{value / 2**20:.2f} MiB"
 
 
 def _p(value: float | None) -> str:

@@ -8,7 +8,10 @@ allocation events (torch 2.13), and read off ATen's CPU kernels:
   tenth of its peak);
 - flash attention (``_scaled_dot_product_flash_attention_for_cpu`` and its backward):
   per-thread blocks of ``qSplit x kvSplit`` float accumulators (``FlashAttentionKernel``),
-  tens of KiB on 2 threads, more with more threads.
+  tens of KiB on 2 threads, more with more threads;
+- a draw replayed through ``run_with_rng_state``: the CPU generator's current state,
+  copied (``get_rng_state``, 5,056 B) to be restored after the replay, held while the
+  replayed op runs with its own temporaries.
 
 On CUDA these kernels keep such state in registers and shared memory: nothing.
 """
@@ -28,11 +31,17 @@ _FLOAT = 4  # the kernels accumulate in float for float, half and bfloat16 input
 Shape = tuple[Sequence[int], int]  # (sizes, itemsize) of one tensor input
 
 
-def workspace_bytes(op: object, device_type: str, inputs: Sequence[Shape]) -> int:
+def workspace_bytes(
+    op: object, device_type: str, inputs: Sequence[Shape], *, replayed: object = None
+) -> int:
     """Temporary bytes of ``op`` on ``device_type`` given its tensor inputs, in argument
-    order (a draw replayed through ``run_with_rng_state`` is its wrapped op's)."""
+    order. ``replayed``: for ``run_with_rng_state`` (inputs: the state, then the replayed
+    op's), the op it replays."""
     if device_type != "cpu" or not inputs:
         return 0
+    if replayed is not None:
+        (state, itemsize), rest = inputs[0], inputs[1:]
+        return _numel(state) * itemsize + workspace_bytes(replayed, device_type, rest)
     if op is aten.native_dropout.default:
         return max(_numel(sizes) * itemsize for sizes, itemsize in inputs)
     if op is aten._scaled_dot_product_flash_attention_for_cpu.default and len(inputs) >= 2:
@@ -48,12 +57,17 @@ def workspace_bytes(op: object, device_type: str, inputs: Sequence[Shape]) -> in
     return 0
 
 
-def tensor_workspace_bytes(op: object, tensors: Sequence[torch.Tensor], hints: SizeHints) -> int:
+def tensor_workspace_bytes(
+    op: object,
+    device_type: str,
+    tensors: Sequence[torch.Tensor],
+    hints: SizeHints,
+    *,
+    replayed: object = None,
+) -> int:
     """``workspace_bytes`` for (fake) tensor inputs, sizes at ``hints`` (no guards)."""
-    if not tensors:
-        return 0
     inputs = [([hints.evaluate(s) for s in shape_of(t)], t.dtype.itemsize) for t in tensors]
-    return workspace_bytes(op, tensors[0].device.type, inputs)
+    return workspace_bytes(op, device_type, inputs, replayed=replayed)
 
 
 def _flash_splits(q_len: int, kv_len: int) -> tuple[int, int]:

@@ -113,6 +113,11 @@ def predict_peak(
         memory.bind_external("forward", name)
     memory.replay(fwd.events, "forward")
     outputs = _output_names(forward)
+    # AOTAutograd's contract: the forward's outputs after the user's are the backward's
+    # inputs before the tangents, in order (names differ for generator states).
+    received = [n.name for n in backward.graph.find_nodes(op="placeholder") if not ti.is_tangent(n)]
+    if len(received) == len(outputs) - num_user_outputs:
+        outputs = [*outputs[:num_user_outputs], *received]
     carried = {
         name: sid
         for name, store in zip(outputs, fwd.outputs, strict=True)
@@ -441,7 +446,10 @@ def _label(node: object, order: dict[fx.Node, int]) -> str:
 
 def _workspace(node: object) -> int:
     kernel = node.node  # type: ignore[attr-defined]
-    ops = [getattr(kernel, "op_overload", None), *(getattr(kernel, "constant_args", ()) or ())]
+    op = getattr(kernel, "op_overload", None)
+    replayed = None
+    if op is ti.run_with_rng_state:
+        replayed = next((a for a in getattr(kernel, "constant_args", ()) if callable(a)), None)
     inputs = [i for i in getattr(kernel, "inputs", ()) or () if hasattr(i, "get_output_spec")]
     tensors = [i for i in inputs if not isinstance(i.get_output_spec(), _UNPOOLED_LAYOUTS)]
     shapes = [
@@ -449,4 +457,6 @@ def _workspace(node: object) -> int:
     ]
     device = kernel.get_device()
     device_type = device.type if device is not None else "cpu"
-    return max((workspace_bytes(op, device_type, shapes) for op in ops), default=0)
+    if replayed is None or not shapes:
+        return workspace_bytes(op, device_type, shapes)
+    return workspace_bytes(op, device_type, shapes, replayed=replayed)

@@ -33,6 +33,7 @@ import torch
 from torch import fx
 
 from cost_model import OpKind, SizeHints, classify, tensor_bytes, tensor_workspace_bytes
+from recompute_pass import torch_internals as ti
 
 
 @dataclass(frozen=True)
@@ -71,15 +72,23 @@ class NodeFacts:
         return size
 
     def workspace(self, node: fx.Node) -> int:
-        """Bytes the node's kernel holds only while it runs (``cost_model.workspace_bytes``);
-        a replayed draw's is its wrapped op's."""
+        """Bytes the node's kernel holds only while it runs (``cost_model.workspace_bytes``)."""
         size = self._workspace.get(node)
         if size is None:
-            ops = [node.target, *(a for a in node.args if callable(a) and not isinstance(a, fx.Node))]
             tensors = [v for n in node.all_input_nodes if isinstance(v := n.meta.get("val"), torch.Tensor)]
-            size = max(tensor_workspace_bytes(op, tensors, self.hints) for op in ops)
+            outputs = [v for v in _flat(node.meta.get("val")) if isinstance(v, torch.Tensor)]
+            device_type = outputs[0].device.type if outputs else "cpu"
+            replayed = node.args[1] if node.target is ti.run_with_rng_state else None
+            size = tensor_workspace_bytes(node.target, device_type, tensors, self.hints, replayed=replayed)
             self._workspace[node] = size
         return size
+
+
+def _flat(value: object) -> list[object]:
+    """A node's value, a multi-output op's results flattened."""
+    if isinstance(value, (tuple, list)):
+        return [leaf for item in value for leaf in _flat(item)]
+    return [value]
 
 
 class Walk:

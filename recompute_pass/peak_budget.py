@@ -85,7 +85,9 @@ def choose_by_peak(
     notes: list[str] = []
     for plan in candidates:  # the fastest plan first: the budget's upper end
         if scored and time.monotonic() > deadline:
-            notes.append(f"peak search stopped by the time limit after {len(scored)} plans")
+            note = f"peak search stopped by the time limit after {len(scored)} of {len(candidates)} plans"
+            log.warning("recompute_pass: %s; using the best of those", note)
+            notes.append(note)
             break
         scored[plan] = (peak_of(plan), plan.cost(problem))
     exact: dict[Plan, int] = {}

@@ -99,12 +99,25 @@ class PartitionReport:
     rank: int = 0
     world_size: int = 1
 
+    @property
+    def budgeted_bytes(self) -> int | None:
+        """What the budget limits: the predicted peak, or the saved activation bytes."""
+        return self.predicted_peak_bytes if self.budget_kind == "peak" else self.saved_bytes
+
+    @property
+    def within_budget(self) -> bool:
+        """Whether the plan keeps to its budget (fixed policies ignore it; a fallback has none)."""
+        used, budget = self.budgeted_bytes, self.budget_bytes
+        return used is not None and budget is not None and used <= budget
+
     def summary(self) -> str:
         if self.fallback:
             return f"recompute_pass: fell back to PyTorch's partitioner: {self.fallback}"
         budget = "absolute" if self.budget_ratio is None else f"ratio {self.budget_ratio:.2f}"
+        what = "predicted peak" if self.budget_kind == "peak" else "saved"
         return (
-            f"recompute_pass: saved {_fmt_bytes(self.saved_bytes)} of budget {_fmt_bytes(self.budget_bytes)} "
+            f"recompute_pass: {what} {_fmt_bytes(self.budgeted_bytes)}"
+            f" of budget {_fmt_bytes(self.budget_bytes)} "
             f"({budget}; range {_fmt_bytes(self.min_bytes)}..{_fmt_bytes(self.max_bytes)}), "
             f"recompute {_fmt_count(self.recompute_flops)} FLOP"
             f" ~{_fmt_seconds(self.estimated_recompute_time)}, "

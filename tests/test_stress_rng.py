@@ -68,7 +68,8 @@ def _model() -> nn.Module:
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_every_draw_matches_eager_at_every_budget(budget: float, fallback_random: None) -> None:
     expected = run_steps(_model(), _inputs(), steps=2)
-    backend = recompute_eager_backend.with_options(memory_budget=budget, fallback=False)
+    # Saved bytes: budget 0 then recomputes every draw's consumers (what is to be replayed).
+    backend = recompute_eager_backend.with_options(memory_budget=budget, budget_mode="saved", fallback=False)
     with spy_partitions() as spy:
         actual = run_steps(_model(), _inputs(), backend=backend, steps=2)
     assert_same_run(actual, expected)
@@ -115,7 +116,8 @@ def _inductor_rng_runs(model: nn.Module, inputs: list[torch.Tensor], budgets: li
         default = run_steps(model, inputs, backend="inductor", steps=2)
         ours = {}
         for budget in budgets:
-            backend = recompute_backend.with_options(memory_budget=budget, fallback=False)
+            options = {"memory_budget": budget, "budget_mode": "saved", "fallback": False}
+            backend = recompute_backend.with_options(**options)
             ours[budget] = run_steps(model, inputs, backend=backend, steps=2)
     return default, ours
 

@@ -89,7 +89,7 @@ def test_time_limit_gives_best_feasible_plan_and_one_warning(
     milp: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, caplog, eager_gpt_block: Step
 ) -> None:
     monkeypatch.setattr(milp_module, "milp", milp)
-    backend = recompute_eager_backend.with_options(memory_budget=0.5, fallback=False)
+    backend = recompute_eager_backend.with_options(memory_budget=0.5, budget_mode="saved", fallback=False)
     with spy_partitions() as spy:
         step = _gpt_block_step(backend, caplog)
     assert_same_step(step, eager_gpt_block)
@@ -105,7 +105,7 @@ def test_time_limit_gives_best_feasible_plan_and_one_warning(
 
 def test_min_cut_time_limit_gives_best_feasible_plan_and_one_warning(caplog, eager_gpt_block: Step) -> None:
     backend = recompute_eager_backend.with_options(
-        solver="mincut", memory_budget=0.5, time_limit=1e-9, fallback=False
+        solver="mincut", memory_budget=0.5, budget_mode="saved", time_limit=1e-9, fallback=False
     )
     with spy_partitions() as spy:
         step = _gpt_block_step(backend, caplog)
@@ -119,13 +119,27 @@ def test_min_cut_time_limit_gives_best_feasible_plan_and_one_warning(caplog, eag
     assert "min-cut search stopped by the time limit" in warning
 
 
+def test_peak_search_time_limit_gives_a_fitting_plan_and_one_warning(caplog, eager_gpt_block: Step) -> None:
+    backend = recompute_eager_backend.with_options(memory_budget=0.5, time_limit=1e-9, fallback=False)
+    with spy_partitions() as spy:
+        step = _gpt_block_step(backend, caplog)
+    assert_same_step(step, eager_gpt_block)
+    (call,) = spy.calls
+    assert_valid(call)
+    (report,) = step.reports
+    assert report.budget_kind == "peak" and report.within_budget and not report.optimal
+    (warning,) = _warnings(caplog)
+    assert "peak search stopped by the time limit" in warning
+
+
 def test_real_time_limit_on_a_larger_model(caplog) -> None:
     """A whole (small) GPT where both limits are hit: the min-cut warm start's (a share of
     ``time_limit``) and HiGHS's own, set to a microsecond since the strategy grants HiGHS
     at least 50 ms. Still one warning, and a plan within the budget."""
     case = model_cases(layers=2, dim=32, seq=16)["gpt"]
     expected = run_step(build(case), case_inputs(case))
-    backend = recompute_eager_backend.with_options(memory_budget=0.3, time_limit=1e-9, fallback=False)
+    options = {"memory_budget": 0.3, "budget_mode": "saved", "time_limit": 1e-9, "fallback": False}
+    backend = recompute_eager_backend.with_options(**options)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(milp_module, "milp", _stopped_without_solution)
         with caplog.at_level(logging.WARNING):
@@ -345,7 +359,9 @@ def test_unusual_graphs_partition_without_fallback(name: str, budget: float) -> 
     (call,) = spy.calls
     assert_valid(call)
     if name == "no_activations":
-        assert run.reports[0].saved_bytes == 0 == run.reports[0].max_bytes
+        # Nothing to save; the peak budget's range is the step's peak, one plan's.
+        (report,) = run.reports
+        assert report.saved_bytes == 0 and report.min_bytes == report.max_bytes == report.budget_bytes
 
 
 def test_inference_graph_is_not_partitioned(caplog) -> None:
