@@ -53,22 +53,295 @@ def _native_dropout():
 
 class TestSnapshots(TestCase):
     def test_gpt_block_peak_1(self) -> None:
-        self.assertExpectedInline(report_text("gpt_block", memory_budget=1.0), """""")
+        self.assertExpectedInline(report_text("gpt_block", memory_budget=1.0), """\
+solver: peak, device: cpu
+budget (peak): ratio 1 -> 146,692 B (range 105,412..146,692 B)
+saved: 65,664 B in 14 activations (+9 static inputs)
+recomputed: 26 ops, 24,832 FLOP, est. 49.7 ns
+predicted peak: 146,692 B (backward: mul#6; graph model)
+note: peak search over 17 plans, 2 checked
+frontier (what other budgets buy):
+  peak bytes  est. overhead
+     105,412        72.9 us
+     120,900        62.5 us
+     126,152        52.7 us
+     131,336        42.4 us
+     138,500        32.2 us
+     146,692        11.4 us
+saved activations:
+  name                                     shape           dtype     bytes
+  block.ln1/mul                            [2, 16, 32]     float32   4,096
+  block.attn/clone                         [2, 4, 16, 8]   float32   4,096
+  block.attn/clone#1                       [2, 4, 8, 16]   float32   4,096
+  block.attn/div                           [2, 4, 16, 16]  float32   8,192
+  block.attn.attn_drop/native_dropout[0]   [2, 4, 16, 16]  float32   8,192
+  block.attn.attn_drop/native_dropout[1]   [2, 4, 16, 16]  bool      2,048
+  block.attn/clone#2                       [2, 4, 16, 8]   float32   4,096
+  block.attn/clone#3                       [2, 16, 4, 8]   float32   4,096
+  block.attn.resid_drop/native_dropout[1]  [2, 16, 32]     bool      1,024
+  block.ln2/mul                            [2, 16, 32]     float32   4,096
+  block.fc/addmm                           [32, 128]       float32  16,384
+  block.drop/native_dropout[1]             [2, 16, 32]     bool      1,024
+  mul                                      [2, 16, 32]     float32   4,096
+  div#1                                    [2, 16, 1]      float32     128
+recomputed (views, free, not listed: 16):
+  name                    shape           flops
+  block.ln1/mul#1         [2, 16, 32]     1,024
+  block.ln1/add#1         [2, 16, 32]     1,024
+  block.attn/bitwise_not  [1, 1, 16, 16]    256
+  block.ln2/mul#1         [2, 16, 32]     1,024
+  block.ln2/add#1         [2, 16, 32]     1,024
+  block/mul               [2, 16, 128]    4,096
+  block/mul#1             [2, 16, 128]    4,096
+  block/erf               [2, 16, 128]    4,096
+  block/add#1             [2, 16, 128]    4,096
+  block/mul#2             [2, 16, 128]    4,096""")
 
     def test_gpt_block_peak_0_5(self) -> None:
-        self.assertExpectedInline(report_text("gpt_block", memory_budget=0.5), """""")
+        self.assertExpectedInline(report_text("gpt_block", memory_budget=0.5), """\
+solver: peak, device: cpu
+budget (peak): ratio 0.5 -> 126,052 B (range 105,412..146,692 B)
+saved: 43,968 B in 8 activations (+10 static inputs)
+recomputed: 65 ops, 268,672 FLOP, est. 51.5 us
+predicted peak: 125,956 B (backward: mul#6; graph model)
+note: peak search over 17 plans, 5 checked
+frontier (what other budgets buy):
+  peak bytes  est. overhead
+     105,412        72.9 us
+     120,900        72.7 us
+     122,056        62.9 us
+     125,956        62.5 us
+     131,208        52.7 us
+     131,336        42.4 us
+     138,500        32.2 us
+     146,692        11.4 us
+saved activations:
+  name                                           shape           dtype     bytes
+  primals_3                                      [2, 16, 32]     float32   4,096
+  block.attn/div                                 [2, 4, 16, 16]  float32   8,192
+  block.attn.resid_drop/native_dropout[1]        [2, 16, 32]     bool      1,024
+  block/add                                      [2, 16, 32]     float32   4,096
+  block.fc/addmm                                 [32, 128]       float32  16,384
+  block.drop/native_dropout[1]                   [2, 16, 32]     bool      1,024
+  mul                                            [2, 16, 32]     float32   4,096
+  block.attn.attn_drop/native_dropout/rng_state  [5056]          uint8     5,056
+recomputed (views, free, not listed: 38):
+  name                                 shape             flops
+  block.ln1/var_mean                   -                 1,024
+  block.ln1/add                        [2, 16, 1]           32
+  block.ln1/rsqrt                      [2, 16, 1]           32
+  block.ln1/sub                        [2, 16, 32]       1,024
+  block.ln1/mul                        [2, 16, 32]       1,024
+  block.ln1/mul#1                      [2, 16, 32]       1,024
+  block.ln1/add#1                      [2, 16, 32]       1,024
+  block.attn.qkv/addmm                 [32, 96]        196,608
+  block.attn/clone                     [2, 4, 16, 8]     1,024
+  block.attn/clone#1                   [2, 4, 8, 16]     1,024
+  block.attn/bitwise_not               [1, 1, 16, 16]      256
+  block.attn.attn_drop/native_dropout  -                 4,096
+  block.attn/clone#2                   [2, 4, 16, 8]     1,024
+  block.attn/bmm#1                     [8, 16, 8]       32,768
+  block.attn/clone#3                   [2, 16, 4, 8]     1,024
+  block.ln2/var_mean                   -                 1,024
+  block.ln2/add                        [2, 16, 1]           32
+  block.ln2/rsqrt                      [2, 16, 1]           32
+  block.ln2/sub                        [2, 16, 32]       1,024
+  block.ln2/mul                        [2, 16, 32]       1,024
+  block.ln2/mul#1                      [2, 16, 32]       1,024
+  block.ln2/add#1                      [2, 16, 32]       1,024
+  block/mul                            [2, 16, 128]      4,096
+  block/mul#1                          [2, 16, 128]      4,096
+  block/erf                            [2, 16, 128]      4,096
+  block/add#1                          [2, 16, 128]      4,096
+  block/mul#2                          [2, 16, 128]      4,096""")
 
     def test_gpt_block_peak_0(self) -> None:
-        self.assertExpectedInline(report_text("gpt_block", memory_budget=0.0), """""")
+        self.assertExpectedInline(report_text("gpt_block", memory_budget=0.0), """\
+solver: peak, device: cpu
+budget (peak): ratio 0 -> 105,412 B (range 105,412..146,692 B)
+saved: 60,352 B in 9 activations (+10 static inputs)
+recomputed: 62 ops, 254,336 FLOP, est. 61.7 us
+predicted peak: 105,412 B (forward: mul#6; graph model)
+note: peak search over 17 plans, 2 checked
+frontier (what other budgets buy):
+  peak bytes  est. overhead
+     105,412        72.9 us
+     120,900        62.5 us
+     126,152        52.7 us
+     131,336        42.4 us
+     138,500        32.2 us
+     146,692        11.4 us
+saved activations:
+  name                                           shape           dtype     bytes
+  primals_3                                      [2, 16, 32]     float32   4,096
+  block.attn/sub                                 [2, 4, 16, 16]  float32   8,192
+  block.attn.resid_drop/native_dropout[1]        [2, 16, 32]     bool      1,024
+  block/add                                      [2, 16, 32]     float32   4,096
+  block/mul#2                                    [2, 16, 128]    float32  16,384
+  block.drop/native_dropout[1]                   [2, 16, 32]     bool      1,024
+  mul                                            [2, 16, 32]     float32   4,096
+  add                                            [2, 16, 128]    float32  16,384
+  block.attn.attn_drop/native_dropout/rng_state  [5056]          uint8     5,056
+recomputed (views, free, not listed: 37):
+  name                                 shape             flops
+  block.ln1/var_mean                   -                 1,024
+  block.ln1/add                        [2, 16, 1]           32
+  block.ln1/rsqrt                      [2, 16, 1]           32
+  block.ln1/sub                        [2, 16, 32]       1,024
+  block.ln1/mul                        [2, 16, 32]       1,024
+  block.ln1/mul#1                      [2, 16, 32]       1,024
+  block.ln1/add#1                      [2, 16, 32]       1,024
+  block.attn.qkv/addmm                 [32, 96]        196,608
+  block.attn/clone                     [2, 4, 16, 8]     1,024
+  block.attn/clone#1                   [2, 4, 8, 16]     1,024
+  block.attn/bitwise_not               [1, 1, 16, 16]      256
+  block.attn/exp                       [2, 4, 16, 16]    2,048
+  block.attn/sum                       [2, 4, 16, 1]     2,048
+  block.attn/div                       [2, 4, 16, 16]    2,048
+  block.attn.attn_drop/native_dropout  -                 4,096
+  block.attn/clone#2                   [2, 4, 16, 8]     1,024
+  block.attn/bmm#1                     [8, 16, 8]       32,768
+  block.attn/clone#3                   [2, 16, 4, 8]     1,024
+  block.ln2/var_mean                   -                 1,024
+  block.ln2/add                        [2, 16, 1]           32
+  block.ln2/rsqrt                      [2, 16, 1]           32
+  block.ln2/sub                        [2, 16, 32]       1,024
+  block.ln2/mul                        [2, 16, 32]       1,024
+  block.ln2/mul#1                      [2, 16, 32]       1,024
+  block.ln2/add#1                      [2, 16, 32]       1,024""")
 
     def test_llama_block_peak_0_5(self) -> None:
-        self.assertExpectedInline(report_text("llama_block", memory_budget=0.5), """""")
+        self.assertExpectedInline(report_text("llama_block", memory_budget=0.5), """\
+solver: peak, device: cpu
+budget (peak): ratio 0.5 -> 98,692 B (range 88,196..109,188 B)
+saved: 38,912 B in 7 activations (+11 static inputs)
+recomputed: 56 ops, 219,968 FLOP, est. 61.3 us
+predicted peak: 96,388 B (backward: mul#4; graph model)
+note: peak search over 13 plans, 5 checked
+frontier (what other budgets buy):
+  peak bytes  est. overhead
+      88,196         103 us
+      92,292        82.7 us
+      96,388        72.2 us
+     100,484        52.2 us
+     104,580          42 us
+     109,188        11.2 us
+saved activations:
+  name                 shape          dtype     bytes
+  block.attn_norm/mul  [2, 16, 32]    float32   4,096
+  block/sub#1          [2, 4, 16, 4]  float32   2,048
+  block/add#1          [2, 4, 16, 4]  float32   2,048
+  block/add#2          [2, 16, 32]    float32   4,096
+  block.w_gate/mm      [32, 88]       float32  11,264
+  block.w_up/mm        [32, 88]       float32  11,264
+  mul                  [2, 16, 32]    float32   4,096
+recomputed (views, free, not listed: 32):
+  name                                               shape              flops
+  block.attn_norm/mul#1                              [2, 16, 32]        1,024
+  block.wq/mm                                        [32, 32]          65,536
+  block.wv/mm                                        [32, 32]          65,536
+  block/mul                                          [2, 4, 16, 4]        512
+  block/mul#1                                        [2, 4, 16, 4]        512
+  block/sub                                          [2, 4, 16, 4]        512
+  block/mul#2                                        [2, 4, 16, 4]        512
+  block/mul#3                                        [2, 4, 16, 4]        512
+  block/add                                          [2, 4, 16, 4]        512
+  block/cat                                          [2, 4, 16, 4, 2]       0
+  block/cat#1                                        [2, 4, 16, 4, 2]       0
+  block/_scaled_dot_product_flash_attention_for_cpu  -                 65,536
+  block/clone                                        [2, 16, 4, 8]      1,024
+  block.mlp_norm/pow                                 [2, 16, 32]        1,024
+  block.mlp_norm/mean                                [2, 16, 1]         1,024
+  block.mlp_norm/add                                 [2, 16, 1]            32
+  block.mlp_norm/rsqrt                               [2, 16, 1]            32
+  block.mlp_norm/mul                                 [2, 16, 32]        1,024
+  block.mlp_norm/mul#1                               [2, 16, 32]        1,024
+  block/neg                                          [2, 16, 88]        2,816
+  block/exp                                          [2, 16, 88]        2,816
+  block/add#3                                        [2, 16, 88]        2,816
+  block/div                                          [2, 16, 88]        2,816
+  block/mul#8                                        [2, 16, 88]        2,816""")
 
     def test_llama_block_peak_cap(self) -> None:
-        self.assertExpectedInline(report_text("llama_block", peak_memory_bytes=150_000), """""")
+        self.assertExpectedInline(report_text("llama_block", peak_memory_bytes=150_000), """\
+solver: peak, device: cpu
+budget (peak): absolute -> 150,000 B (range 88,196..109,188 B)
+saved: 51,840 B in 11 activations (+11 static inputs)
+recomputed: 31 ops, 18,176 FLOP, est. 36.4 ns
+predicted peak: 109,188 B (backward: mul#4; graph model)
+note: peak search over 13 plans, 2 checked
+frontier (what other budgets buy):
+  peak bytes  est. overhead
+      88,196         103 us
+      92,292        82.7 us
+      96,388        72.2 us
+     100,484        52.2 us
+     104,580          42 us
+     109,188        11.2 us
+saved activations:
+  name                                                  shape             dtype     bytes
+  block.attn_norm/mul                                   [2, 16, 32]       float32   4,096
+  block.wv/mm                                           [32, 32]          float32   4,096
+  block/cat                                             [2, 4, 16, 4, 2]  float32   4,096
+  block/cat#1                                           [2, 4, 16, 4, 2]  float32   4,096
+  block/_scaled_dot_product_flash_attention_for_cpu[0]  [2, 4, 16, 8]     float32   4,096
+  block/_scaled_dot_product_flash_attention_for_cpu[1]  [2, 4, 16]        float32     512
+  block/add#2                                           [2, 16, 32]       float32   4,096
+  block.mlp_norm/rsqrt                                  [2, 16, 1]        float32     128
+  block.w_gate/mm                                       [32, 88]          float32  11,264
+  block.w_up/mm                                         [32, 88]          float32  11,264
+  mul                                                   [2, 16, 32]       float32   4,096
+recomputed (views, free, not listed: 22):
+  name                   shape          flops
+  block.attn_norm/mul#1  [2, 16, 32]    1,024
+  block/clone            [2, 16, 4, 8]  1,024
+  block.mlp_norm/mul     [2, 16, 32]    1,024
+  block.mlp_norm/mul#1   [2, 16, 32]    1,024
+  block/neg              [2, 16, 88]    2,816
+  block/exp              [2, 16, 88]    2,816
+  block/add#3            [2, 16, 88]    2,816
+  block/div              [2, 16, 88]    2,816
+  block/mul#8            [2, 16, 88]    2,816""")
 
     def test_llama_block_peak_0_5_under_inductor(self) -> None:
-        self.assertExpectedInline(report_text("llama_block", memory_budget=0.5, compiler="inductor"), """""")
+        self.assertExpectedInline(report_text("llama_block", memory_budget=0.5, compiler="inductor"), """\
+solver: peak, device: cpu
+budget (peak): ratio 0.5 -> 92,552 B (range 84,104..101,000 B)
+saved: 16,512 B in 5 activations (+11 static inputs)
+recomputed: 39 ops, 690,944 FLOP, est. 52.2 us
+predicted peak: 87,684 B (backward: _scaled_dot_product_flash_attention_for_cpu_backward; inductor model)
+note: peak search over 13 plans, 5 checked
+frontier (what other budgets buy):
+  peak bytes  est. overhead
+      84,104         103 us
+      87,684        62.7 us
+      96,392        52.2 us
+     100,488          42 us
+     101,000        11.2 us
+saved activations:
+  name                  shape             dtype    bytes
+  block.attn_norm/mul   [2, 16, 32]       float32  4,096
+  block/cat             [2, 4, 16, 4, 2]  float32  4,096
+  block/cat#1           [2, 4, 16, 4, 2]  float32  4,096
+  block/add#2           [2, 16, 32]       float32  4,096
+  block.mlp_norm/rsqrt  [2, 16, 1]        float32    128
+recomputed (views, free, not listed: 24):
+  name                                               shape            flops
+  block.attn_norm/mul#1                              [2, 16, 32]      1,024
+  block.wv/mm                                        [32, 32]        65,536
+  block/_scaled_dot_product_flash_attention_for_cpu  -               65,536
+  block/clone                                        [2, 16, 4, 8]    1,024
+  block.mlp_norm/mul                                 [2, 16, 32]      1,024
+  block.mlp_norm/mul#1                               [2, 16, 32]      1,024
+  block.w_gate/mm                                    [32, 88]       180,224
+  block/neg                                          [2, 16, 88]      2,816
+  block/exp                                          [2, 16, 88]      2,816
+  block/add#3                                        [2, 16, 88]      2,816
+  block/div                                          [2, 16, 88]      2,816
+  block.w_up/mm                                      [32, 88]       180,224
+  block/mul#8                                        [2, 16, 88]      2,816
+  block.w_down/mm                                    [32, 32]       180,224
+  block/add#4                                        [2, 16, 32]      1,024""")
 
     def test_mlp_budget_1(self) -> None:
         self.assertExpectedInline(
@@ -78,7 +351,7 @@ solver: milp (optimal), device: cpu
 budget: ratio 1 -> 2,048 B (range 256..2,048 B)
 saved: 2,048 B in 5 activations (+2 static inputs)
 recomputed: 2 ops, 0 FLOP, est. 0 s
-predicted peak: 33,924 B (backward: sum#2)
+predicted peak: 33,924 B (backward: sum#2; graph model)
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -104,7 +377,7 @@ solver: milp (optimal), device: cpu
 budget: ratio 0.5 -> 1,152 B (range 256..2,048 B)
 saved: 1,024 B in 3 activations (+4 static inputs)
 recomputed: 10 ops, 8,960 FLOP, est. 10.2 us
-predicted peak: 33,924 B (backward: sum#2)
+predicted peak: 33,924 B (backward: sum#2; graph model)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -137,7 +410,7 @@ solver: milp (optimal), device: cpu
 budget: ratio 0 -> 256 B (range 256..2,048 B)
 saved: 256 B in 1 activations (+6 static inputs)
 recomputed: 12 ops, 33,536 FLOP, est. 30.7 us
-predicted peak: 33,924 B (backward: sum#2)
+predicted peak: 33,924 B (backward: sum#2; graph model)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -170,7 +443,7 @@ solver: milp (optimal), device: cpu
 budget: absolute -> 2,048 B (range 256..2,048 B)
 saved: 2,048 B in 5 activations (+2 static inputs)
 recomputed: 2 ops, 0 FLOP, est. 0 s
-predicted peak: 33,924 B (backward: sum#2)
+predicted peak: 33,924 B (backward: sum#2; graph model)
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -196,7 +469,7 @@ solver: milp (optimal), device: cpu
 budget: ratio 1 -> 65,664 B (range 19,264..65,664 B)
 saved: 65,664 B in 14 activations (+9 static inputs)
 recomputed: 26 ops, 24,832 FLOP, est. 49.7 ns
-predicted peak: 146,692 B (backward: mul#6)
+predicted peak: 146,692 B (backward: mul#6; graph model)
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -249,7 +522,7 @@ solver: milp (optimal), device: cpu
 budget: ratio 0.5 -> 42,464 B (range 19,264..65,664 B)
 saved: 42,116 B in 15 activations (+10 static inputs)
 recomputed: 34 ops, 329,984 FLOP, est. 21.1 us
-predicted peak: 143,624 B (backward: mul#6)
+predicted peak: 143,624 B (backward: mul#6; graph model)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -310,7 +583,7 @@ solver: milp (optimal), device: cpu
 budget: ratio 0 -> 19,264 B (range 19,264..65,664 B)
 saved: 19,264 B in 4 activations (+13 static inputs)
 recomputed: 86 ops, 911,744 FLOP, est. 144 us
-predicted peak: 170,308 B (backward: mul#6)
+predicted peak: 170,308 B (backward: mul#6; graph model)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -386,7 +659,7 @@ solver: milp (optimal), device: cpu
 budget: absolute -> 60,000 B (range 19,264..65,664 B)
 saved: 58,500 B in 16 activations (+9 static inputs)
 recomputed: 33 ops, 67,840 FLOP, est. 10.4 us
-predicted peak: 139,528 B (backward: mul#6)
+predicted peak: 139,528 B (backward: mul#6; graph model)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -447,7 +720,7 @@ solver: milp (optimal), device: cpu
 budget: ratio 1 -> 51,840 B (range 4,096..51,840 B)
 saved: 51,840 B in 11 activations (+11 static inputs)
 recomputed: 31 ops, 18,176 FLOP, est. 36.4 ns
-predicted peak: 109,188 B (backward: mul#4)
+predicted peak: 109,188 B (backward: mul#4; graph model)
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -493,7 +766,7 @@ solver: milp (optimal), device: cpu
 budget: ratio 0.5 -> 27,968 B (range 4,096..51,840 B)
 saved: 25,216 B in 8 activations (+11 static inputs)
 recomputed: 34 ops, 444,160 FLOP, est. 31.3 us
-predicted peak: 105,092 B (backward: mul#4)
+predicted peak: 105,092 B (backward: mul#4; graph model)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -539,7 +812,7 @@ solver: milp (optimal), device: cpu
 budget: ratio 0 -> 4,096 B (range 4,096..51,840 B)
 saved: 4,096 B in 1 activations (+11 static inputs)
 recomputed: 81 ops, 899,968 FLOP, est. 123 us
-predicted peak: 117,380 B (backward: mul#4)
+predicted peak: 117,380 B (backward: mul#4; graph model)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -608,7 +881,7 @@ solver: milp (optimal), device: cpu
 budget: absolute -> 60,000 B (range 4,096..51,840 B)
 saved: 51,840 B in 11 activations (+11 static inputs)
 recomputed: 31 ops, 18,176 FLOP, est. 36.4 ns
-predicted peak: 109,188 B (backward: mul#4)
+predicted peak: 109,188 B (backward: mul#4; graph model)
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -654,7 +927,7 @@ solver: milp (optimal), device: cpu
 budget: ratio 1 -> 88,426 B (range 6,160..88,426 B)
 saved: 88,426 B in 16 activations (+8 static inputs)
 recomputed: 13 ops, 24,576 FLOP, est. 49.2 ns
-predicted peak: 131,784 B (backward: blocks.0.bn2/mul)
+predicted peak: 131,784 B (backward: blocks.0.bn2/mul; graph model)
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -705,7 +978,7 @@ solver: milp (optimal), device: cpu
 budget: ratio 0.5 -> 47,293 B (range 6,160..88,426 B)
 saved: 39,338 B in 15 activations (+10 static inputs)
 recomputed: 34 ops, 286,720 FLOP, est. 11.3 us
-predicted peak: 117,768 B (backward: convolution_backward)
+predicted peak: 117,768 B (backward: convolution_backward; graph model)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -766,7 +1039,7 @@ solver: milp (optimal), device: cpu
 budget: ratio 0 -> 6,160 B (range 6,160..88,426 B)
 saved: 6,160 B in 2 activations (+11 static inputs)
 recomputed: 64 ops, 1,483,227 FLOP, est. 135 us
-predicted peak: 119,560 B (backward: le)
+predicted peak: 119,560 B (backward: le; graph model)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -838,7 +1111,7 @@ solver: milp (optimal), device: cpu
 budget: absolute -> 20,000 B (range 6,160..88,426 B)
 saved: 6,570 B in 13 activations (+10 static inputs)
 recomputed: 36 ops, 1,466,368 FLOP, est. 33.6 us
-predicted peak: 131,848 B (backward: blocks.0.bn2/mul)
+predicted peak: 131,848 B (backward: blocks.0.bn2/mul; graph model)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
