@@ -23,6 +23,7 @@ from recompute_pass.extraction import Partition, extract
 from recompute_pass.joint_graph import RegionBudgetError, analyze, prepare
 from recompute_pass.liveness import PeakEstimate
 from recompute_pass.options import RecomputeOptions
+from recompute_pass.peak_milp import PeakSolver
 from recompute_pass.plan_peak import JointSchedule
 from recompute_pass.plan_sync import PlanSyncError, agree, partition_digest, rank_and_world
 from recompute_pass.problem import Plan
@@ -116,7 +117,10 @@ def partition(
             realized[plan] = realize(costed, plan, inductor=inductor)
         return realized[plan]
 
-    decision = decide(costed.problem, options, peak_of, lambda plan: realize_once(plan)[1].peak_bytes)
+    # Small graphs: the exact MILP over the walk's peak adds its plans to the peak search.
+    solver = None if schedule is None else PeakSolver.of(costed, schedule, time_limit=options.time_limit)
+    exact_of = lambda plan: realize_once(plan)[1].peak_bytes  # noqa: E731
+    decision = decide(costed.problem, options, peak_of, exact_of, solver.plans if solver else None)
     # Under a process group: every rank's plan is rank 0's (or was equal to it already).
     synced = agree(costed, decision, options)
     decision = synced.decision

@@ -233,6 +233,7 @@ class _Builder:
         n = len(self.relevant)
         self.width = 2 * n
         self.lower: list[tuple] = []
+        self.columns: dict[tuple, int] = {}
         self.upper: list[tuple] = []
         col = {item: k for k, item in enumerate(self.relevant)}
         index = {c.node: i for i, c in enumerate(joint.candidates)}
@@ -279,9 +280,12 @@ class _Builder:
             return _ZERO
         if not ups and len(lows) == 1 and lows[0].const == 0 and list(lows[0].coefs.values()) == [1.0]:
             return lows[0]
-        column = self.width + len(self.lower)
-        self.lower.append(tuple(_frozen(t) for t in lows))
-        self.upper.append(tuple(_frozen(t) for t in ups))
+        key = (tuple(_frozen(t) for t in lows), tuple(_frozen(t) for t in ups))
+        column = self.columns.get(key)
+        if column is None:  # a storage's ``alive`` changes only where a use or its allocation is
+            column = self.columns[key] = self.width + len(self.lower)
+            self.lower.append(key[0])
+            self.upper.append(key[1])
         return _Lin(0.0, {column: 1.0})
 
     def model(self) -> PeakModel:
@@ -523,3 +527,57 @@ def _at(term: Term) -> Term:
 
 def _in_phase(term: Term, phase: int) -> Term:
     return lambda k: term(k) if k[0] == phase else _ZERO
+
+
+# Graphs above this many call nodes are not modelled at all (building the model alone
+# takes seconds there), and models above ``MAX_COLUMNS`` are not solved: measured on the
+# zoo's joint graphs, the MILP then no longer solves within about a second.
+MAX_CALLS = 120
+
+
+@dataclass(frozen=True)
+class PeakSolver:
+    """The MILP as ``peak_budget.choose_by_peak`` asks for it: plans at a few caps."""
+
+    model: PeakModel
+    time_limit: float  # per cap
+
+    @staticmethod
+    def of(costed: object, schedule: JointSchedule, *, time_limit: float) -> PeakSolver | None:
+        """None when the graph is too large to solve within about a second, or unsupported."""
+        calls = sum(n.op == "call_function" for n in schedule.order)
+        if calls > MAX_CALLS:
+            log.debug("recompute_pass: peak MILP skipped: %d call nodes > %d", calls, MAX_CALLS)
+            return None
+        try:
+            model = PeakModel.build(costed, schedule)
+        except Unsupported as reason:
+            log.debug("recompute_pass: peak MILP skipped: %s", reason)
+            return None
+        if model.columns > MAX_COLUMNS:
+            log.debug("recompute_pass: peak MILP skipped: %d columns > %d", model.columns, MAX_COLUMNS)
+            return None
+        return PeakSolver(model, time_limit)
+
+    def plans(self, caps: Iterable[int], deadline: float) -> list[Plan]:
+        """The cheapest plan at each cap (walk-peak bytes), as far as the deadline allows."""
+        found: list[Plan] = []
+        for cap in sorted(set(caps)):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                log.debug("recompute_pass: peak MILP stopped by the deadline")
+                break
+            plan = self.model.solve(cap, time_limit=min(self.time_limit, left))
+            if plan is not None:
+                found.append(plan)
+        return found
+
+
+def estimate_caps(budget: int, low: tuple[int, int], high: tuple[int, int]) -> tuple[int, ...]:
+    """Caps on the walk's scale for a budget on the exact scale: the lowest peak's estimate,
+    and the budget mapped linearly between the two checked ends ``(exact, estimate)``."""
+    (exact_low, estimate_low), (exact_high, estimate_high) = low, high
+    if exact_high == exact_low:
+        return (estimate_low, max(estimate_low, estimate_high))
+    share = min(1.0, max(0.0, (budget - exact_low) / (exact_high - exact_low)))
+    return (estimate_low, estimate_low + int(share * (estimate_high - estimate_low)))
