@@ -30,7 +30,12 @@ state (allocated with the draw, freed when the replay runs), tangents, gradients
 and user outputs (kept; never recomputed here: the walk would then free both copies at
 once). :meth:`PeakModel.peak` evaluates the model for a plan; the tests check it equals
 ``JointSchedule.peak`` on every valid plan of small graphs, and the MILP's optimum the
-brute-force one. Graphs outside what the walk's structure admits raise ``Unsupported``.
+brute-force one.
+
+Not exact: the walk is the fast estimate, not Inductor's memory plan (``exact_peak_of``
+still checks the choice); results with nested tuples raise ``Unsupported``; a solve
+stopped by its time limit returns its incumbent, valid and within the cap but not proven
+optimal (and then, like any time-limited MILP, dependent on the machine's speed).
 """
 
 from __future__ import annotations
@@ -55,10 +60,6 @@ log = logging.getLogger(__name__)
 
 _GAP = 1e-6
 _STATUS_OPTIMAL = 0
-# Decision columns above which ``solve`` is not attempted: measured (tests and report) to
-# solve in about a second or less on these 2 cores.
-MAX_COLUMNS = 6000
-
 Key = tuple[int, int, int]  # (phase, anchor order, node order): the fixed slot order
 
 
@@ -239,12 +240,8 @@ class _Builder:
         index = {c.node: i for i, c in enumerate(joint.candidates)}
         user_outputs = schedule.user_outputs
 
-        def decision(node: fx.Node, offset: int) -> _Lin:
-            i = index.get(node)
-            return _Lin(0.0, {offset + col[i]: 1.0}) if i in col else _ZERO
-
-        self.s = {node: decision(node, 0) for node in index}
-        self.r = {node: decision(node, n) for node in index if node not in user_outputs}
+        self.s = {node: decision_of(col, i, 0) for node, i in index.items()}
+        self.r = {node: decision_of(col, i, n) for node, i in index.items() if node not in user_outputs}
         nodes = list(joint.module.graph.nodes)
         self.calls = [x for x in nodes if x.op == "call_function"]
         self.states = [  # (saved-state column, the draw it replays, bytes)
@@ -507,6 +504,7 @@ class _Builder:
 
 
 def decision_of(col: dict[int, int], item: int, offset: int) -> _Lin:
+    """Item ``item``'s saved (offset 0) or recomputed (offset n) column; 0 when irrelevant."""
     return _Lin(0.0, {offset + col[item]: 1.0}) if item in col else _ZERO
 
 
@@ -529,10 +527,12 @@ def _in_phase(term: Term, phase: int) -> Term:
     return lambda k: term(k) if k[0] == phase else _ZERO
 
 
-# Graphs above this many call nodes are not modelled at all (building the model alone
-# takes seconds there), and models above ``MAX_COLUMNS`` are not solved: measured on the
-# zoo's joint graphs, the MILP then no longer solves within about a second.
-MAX_CALLS = 120
+# Graphs above this many call nodes are not modelled (building the model alone takes
+# seconds there), models above ``MAX_COLUMNS`` columns not solved. Measured on these 2
+# cores: an 87-call chain (1.1k columns) solves in 0.4-0.8 s; the zoo's blocks (210-350
+# calls, 4-7k columns) take 3-20 s per cap, often stopped by the limit.
+MAX_CALLS = 100
+MAX_COLUMNS = 2000
 
 
 @dataclass(frozen=True)
