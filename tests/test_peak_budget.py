@@ -59,7 +59,7 @@ def test_peak_falls_with_the_budget_as_predicted(name: str) -> None:
 @pytest.mark.parametrize("name", ["gpt", "llama"])
 def test_peak_budget_one_is_the_fastest_plan(name: str) -> None:
     _, peak_one = _sweep(name)[1.0]
-    _, saved_one = _measured(name, memory_budget=1.0)
+    _, saved_one = _measured(name, memory_budget=1.0, budget_mode="saved")
     assert peak_one.saved_bytes == saved_one.saved_bytes
     assert peak_one.estimated_step_overhead == pytest.approx(saved_one.estimated_step_overhead)
 
@@ -69,7 +69,7 @@ def test_peak_budget_zero_beats_saved_bytes_and_sqrt_n(name: str) -> None:
     """Saving the fewest bytes rebuilds the whole chain at once: a higher peak (the reason
     for peak budgets); the lowest-peak plan is at least as low as sqrt(N) checkpointing."""
     _, lowest = _sweep(name)[0.0]
-    _, fewest_bytes = _measured(name, memory_budget=0.0)
+    _, fewest_bytes = _measured(name, memory_budget=0.0, budget_mode="saved")
     _, sqrt_n = _measured(name, solver="sqrt_n")
     assert lowest.predicted_peak_bytes < fewest_bytes.predicted_peak_bytes
     assert lowest.predicted_peak_bytes <= sqrt_n.predicted_peak_bytes
