@@ -17,6 +17,7 @@ import time
 import pytest
 import torch
 
+from recompute_pass import peak_milp, recompute_eager_backend
 from recompute_pass.costing import Costed, build_problem, resolve_device
 from recompute_pass.frontier import Relaxation, hull
 from recompute_pass.partitioner import PlanNodes
@@ -24,6 +25,7 @@ from recompute_pass.peak_budget import choose_by_peak, segment_plans
 from recompute_pass.peak_milp import PeakModel, PeakSolver
 from recompute_pass.plan_peak import JointSchedule
 from recompute_pass.problem import Plan, Problem
+from tests.harness import assert_same_step, run_step
 from tests.joint_graphs import capture_joints, reference_joints
 
 CHOICES = 10  # items free to be saved or recomputed in the brute force: 2**10 saved sets
@@ -190,3 +192,19 @@ def test_choose_by_peak_takes_a_cheaper_milp_plan_at_equal_peak() -> None:
     assert case.walk(without) == case.walk(with_milp) == lowest
     assert without.cost(problem) == pytest.approx(family_cost)
     assert with_milp.cost(problem) < family_cost * (1 - 1e-6)
+
+
+def test_partition_uses_the_milp_on_small_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end (no codegen): at peak budget 0 the deep chain's plan is cheaper with the
+    MILP than without it, at no higher a predicted peak, with eager's gradients."""
+    torch.manual_seed(0)
+    model, inputs = Chain(16, 8, dropout=False), (torch.randn(32, 16),)
+    eager = run_step(model, inputs)
+    backend = recompute_eager_backend.with_options(memory_budget=0.0, budget_mode="peak", fallback=False)
+    with_milp = run_step(model, inputs, backend=backend)
+    monkeypatch.setattr(peak_milp, "MAX_CALLS", 0)
+    without = run_step(model, inputs, backend=backend)
+    assert_same_step(with_milp, eager)
+    (fast,), (slow,) = with_milp.reports, without.reports
+    assert fast.predicted_peak_bytes <= slow.predicted_peak_bytes
+    assert fast.estimated_step_overhead < 0.9 * slow.estimated_step_overhead
