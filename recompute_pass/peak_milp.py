@@ -375,11 +375,13 @@ class _Builder:
                 root[x] = root.get(base, base)
             else:
                 root[x] = x
-        uses: dict[fx.Node, set[fx.Node]] = {}
+        found: dict[fx.Node, set[fx.Node]] = {}
         for x, owner in root.items():
-            group = uses.setdefault(owner, set())
+            group = found.setdefault(owner, set())
             group.add(x)
             group.update(u for u in x.users if u.op == "call_function")
+        # In graph order: the model's columns, and so HiGHS's answer, must not depend on hashing.
+        uses = {owner: tuple(sorted(group, key=self.order.__getitem__)) for owner, group in found.items()}
         instances = self._instances(root, uses)
         first_group = {k for k, _ in slots if k[0] == 1 and k[1] == self.first}
         rows, names = [], []
@@ -420,7 +422,7 @@ class _Builder:
         slots += [((1, order[a], order[a]), a) for a in self.anchors]
         return sorted(slots, key=lambda s: s[0])
 
-    def _instances(self, root: dict[fx.Node, fx.Node], uses: dict[fx.Node, set[fx.Node]]) -> list:
+    def _instances(self, root: dict[fx.Node, fx.Node], uses: dict[fx.Node, tuple[fx.Node, ...]]) -> list:
         """(bytes, lower-bound terms as functions of the slot) per storage instance."""
         schedule, facts = self.schedule, self.facts
         kept_f = {root[x] for x in schedule.user_outputs}
@@ -430,7 +432,7 @@ class _Builder:
         def keep_f(x: fx.Node) -> _Lin:
             return _ONE if x in kept_f else (self.s.get(x, _ZERO) if x in self.s else _ZERO)
 
-        def storage(size: int, op: fx.Node, owner: fx.Node | None, op_uses: set[fx.Node]) -> None:
+        def storage(size: int, op: fx.Node, owner: fx.Node | None, op_uses: tuple[fx.Node, ...]) -> None:
             """A result of ``op``, held under ``owner``'s name while ``owner`` runs in the phase
             (``owner is op`` for a single result), else under the op's name until its last use."""
             if not size:
@@ -460,7 +462,7 @@ class _Builder:
             # Kept past the forward: alive in backward until its last backward use, if any.
             kept = keep_f(holder)
             if kept.high() > 0:
-                later = uses.get(holder, set())
+                later = uses.get(holder, ())
                 carried = [_at(lambda k, u=u: _and(kept, self.pending(u, k))) for u in later]
                 carried.append(_at(lambda k: kept - _sum([self.run_b(u) for u in later])))
                 out.append((size, [_in_phase(t, 1) for t in carried]))
@@ -473,13 +475,13 @@ class _Builder:
                 getitems = {u.args[1]: u for u in x.users if u.target is operator.getitem}
                 for k, part in enumerate(val):
                     size = facts.hints.evaluate(tensor_bytes(part))
-                    storage(size, x, getitems.get(k), uses.get(x, set()))
+                    storage(size, x, getitems.get(k), uses.get(x, ()))
             else:
-                storage(facts.bytes(x, x.name, val), x, x, set())
+                storage(facts.bytes(x, x.name, val), x, x, ())
         for tangent in schedule.tangents:
             size = facts.bytes(tangent, tangent.name, tangent.meta.get("val"))
             if size:
-                users = uses.get(tangent, set()) - {tangent}
+                users = tuple(u for u in uses.get(tangent, ()) if u is not tangent)
                 terms = [lambda k, u=u: self.pending(u, k) for u in users]
                 terms.append(lambda k, users=users: _ONE - _sum([self.run_b(u) for u in users]))
                 out.append((size, [_in_phase(t, 1) for t in terms]))
@@ -553,6 +555,9 @@ class PeakSolver:
             model = PeakModel.build(costed, schedule)
         except Unsupported as reason:
             log.debug("recompute_pass: peak MILP skipped: %s", reason)
+            return None
+        except Exception:  # an extra source of plans, never worth failing the compile for
+            log.warning("recompute_pass: peak MILP skipped: building it failed", exc_info=True)
             return None
         if model.columns > MAX_COLUMNS:
             log.debug("recompute_pass: peak MILP skipped: %d columns > %d", model.columns, MAX_COLUMNS)

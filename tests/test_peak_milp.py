@@ -208,3 +208,19 @@ def test_partition_uses_the_milp_on_small_graphs(monkeypatch: pytest.MonkeyPatch
     (fast,), (slow,) = with_milp.reports, without.reports
     assert fast.predicted_peak_bytes <= slow.predicted_peak_bytes
     assert fast.estimated_step_overhead < 0.9 * slow.estimated_step_overhead
+
+
+def test_same_graph_same_model_and_plan() -> None:
+    """Two captures of one model (other node objects, other hashes) give one model and plan."""
+    models, plans = [], []
+    for _ in range(2):
+        torch.manual_seed(0)
+        (captured,) = capture_joints(Chain(), [torch.randn(4, 8)])
+        joint = captured.analyzed()
+        costed = build_problem(joint, resolve_device("cpu", joint))
+        model = PeakModel.build(costed, JointSchedule.of(joint, costed.hints))
+        plan = model.solve(min(model.peak(p) for p in segment_plans(costed.problem)), time_limit=10)
+        assert plan is not None
+        models.append((model.rows, model.lower, model.upper))
+        plans.append(plan)
+    assert models[0] == models[1] and plans[0] == plans[1]
