@@ -117,10 +117,15 @@ def partition(
             realized[plan] = realize(costed, plan, inductor=inductor)
         return realized[plan]
 
-    # Small graphs: the exact MILP over the walk's peak adds its plans to the peak search.
-    solver = None if schedule is None else PeakSolver.of(costed, schedule, time_limit=options.time_limit)
+    def peak_optimum(caps: Sequence[int], deadline: float) -> list[Plan]:
+        """Small graphs: the exact MILP over the walk's peak adds its plans to the peak search
+        (built only when the peak search asks)."""
+        assert schedule is not None
+        solver = PeakSolver.of(costed, schedule, time_limit=options.time_limit)
+        return [] if solver is None else solver.plans(caps, deadline)
+
     exact_of = lambda plan: realize_once(plan)[1].peak_bytes  # noqa: E731
-    decision = decide(costed.problem, options, peak_of, exact_of, solver.plans if solver else None)
+    decision = decide(costed.problem, options, peak_of, exact_of, peak_optimum)
     # Under a process group: every rank's plan is rank 0's (or was equal to it already).
     synced = agree(costed, decision, options)
     decision = synced.decision
