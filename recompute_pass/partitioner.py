@@ -23,6 +23,7 @@ from recompute_pass.extraction import Partition, extract
 from recompute_pass.joint_graph import RegionBudgetError, analyze, prepare
 from recompute_pass.liveness import PeakEstimate
 from recompute_pass.options import RecomputeOptions
+from recompute_pass.peak_milp import PeakSolver
 from recompute_pass.plan_peak import JointSchedule
 from recompute_pass.plan_sync import PlanSyncError, agree, partition_digest, rank_and_world
 from recompute_pass.problem import Plan
@@ -116,7 +117,15 @@ def partition(
             realized[plan] = realize(costed, plan, inductor=inductor)
         return realized[plan]
 
-    decision = decide(costed.problem, options, peak_of, lambda plan: realize_once(plan)[1].peak_bytes)
+    def peak_optimum(caps: Sequence[int], deadline: float) -> list[Plan]:
+        """Small graphs: the exact MILP over the walk's peak adds its plans to the peak search
+        (built only when the peak search asks)."""
+        assert schedule is not None
+        solver = PeakSolver.of(costed, schedule, time_limit=options.time_limit)
+        return [] if solver is None else solver.plans(caps, deadline)
+
+    exact_of = lambda plan: realize_once(plan)[1].peak_bytes  # noqa: E731
+    decision = decide(costed.problem, options, peak_of, exact_of, peak_optimum)
     # Under a process group: every rank's plan is rank 0's (or was equal to it already).
     synced = agree(costed, decision, options)
     decision = synced.decision

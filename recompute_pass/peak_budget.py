@@ -24,11 +24,12 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from recompute_pass.cut import CutGraph
 from recompute_pass.frontier import dominant_price
+from recompute_pass.peak_milp import estimate_caps
 from recompute_pass.problem import Plan, Problem
 from recompute_pass.strategies.fixed import policy_problem
 from recompute_pass.strategies.strategy_sqrt_n import segment_policy
@@ -73,12 +74,14 @@ def choose_by_peak(
     ratio: float | None,
     cap: int | None,
     deadline: float,
+    peak_optimum: Callable[[Sequence[int], float], list[Plan]] | None = None,
 ) -> PeakChoice:
     """``frontier``: the saved-bytes hull, fewest bytes first, the fastest plan last.
     ``ratio`` or ``cap`` (bytes) sets the budget. ``peak_of`` estimates a plan's peak
     quickly (the graph walk on the joint graph); ``exact_peak_of`` is what the report will
     say (the extracted graphs walked, or Inductor's memory plan), checked for the ends of
-    the range and for the choice, a handful of plans."""
+    the range and for the choice, a handful of plans. ``peak_optimum`` (``peak_milp``, on
+    small graphs) adds the cheapest plans at the lowest estimated peak and at the budget."""
     fastest = frontier[-1]
     candidates = list(dict.fromkeys([fastest, *reversed(frontier[:-1]), *segment_plans(problem)]))
     scored: dict[Plan, tuple[int, float]] = {}
@@ -114,6 +117,10 @@ def choose_by_peak(
             )
             notes.append(f"peak cap {cap} B infeasible; lowest-peak plan used")
             budget = min_peak
+    if peak_optimum is not None:
+        ends = (min_peak, scored[lowest][0]), (max_peak, scored[fastest][0])
+        for found in peak_optimum(estimate_caps(budget, *ends), deadline):
+            scored.setdefault(found, (peak_of(found), found.cost(problem)))
     plan = _cheapest_fitting(scored, exact_of, exact, budget)
     notes.append(f"peak search over {len(scored)} plans, {len(exact)} checked")
     points = [(exact.get(p, peak), cost) for p, (peak, cost) in scored.items()]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from recompute_pass.frontier import Relaxation, hull
@@ -48,9 +48,11 @@ def decide(
     options: RecomputeOptions,
     peak_of: Callable[[Plan], int] | None = None,
     exact_peak_of: Callable[[Plan], int] | None = None,
+    peak_optimum: Callable[[Sequence[int], float], list[Plan]] | None = None,
 ) -> Decision:
     """``peak_of``/``exact_peak_of``: a plan's predicted peak, estimated fast / as its
-    extracted graphs give it; needed when the budget is over the peak."""
+    extracted graphs give it; needed when the budget is over the peak. ``peak_optimum``:
+    the cheapest plans at given estimated peaks (``peak_milp``), where the graph is small."""
     start = time.perf_counter()
     deadline = time.monotonic() + options.time_limit
     relaxation = Relaxation.of(problem)
@@ -67,6 +69,7 @@ def decide(
             ratio=None if options.peak_memory_bytes is not None else options.memory_budget,
             cap=options.peak_memory_bytes,
             deadline=deadline,
+            peak_optimum=peak_optimum,
         )
         return Decision(
             plan=choice.plan,
