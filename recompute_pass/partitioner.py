@@ -124,8 +124,10 @@ def partition(
         solver = PeakSolver.of(costed, schedule, time_limit=options.time_limit)
         return [] if solver is None else solver.plans(caps, deadline)
 
-    exact_of = lambda plan: realize_once(plan)[1].peak_bytes  # noqa: E731
-    decision = decide(costed.problem, options, peak_of, exact_of, peak_optimum)
+    def exact_peak_of(plan: Plan) -> int:
+        return realize_once(plan)[1].peak_bytes
+
+    decision = decide(costed.problem, options, peak_of, exact_peak_of, peak_optimum)
     # Under a process group: every rank's plan is rank 0's (or was equal to it already).
     synced = agree(costed, decision, options)
     decision = synced.decision
