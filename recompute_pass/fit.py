@@ -37,14 +37,20 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Probe:
-    """One size planned: the lowest predicted peak any plan reaches there, and the plan chosen."""
+    """One size planned under the cap: the plan chosen (the cheapest whose predicted peak
+    fits, else the lowest-peak plan) and the lowest predicted peak of the plans checked."""
 
     size: int
     lowest_peak_bytes: int
     report: PartitionReport
 
+    @property
+    def peak_bytes(self) -> int:
+        """The chosen plan's predicted peak."""
+        return int(self.report.predicted_peak_bytes or 0)
+
     def fits(self, cap: int) -> bool:
-        return self.lowest_peak_bytes <= cap
+        return self.peak_bytes <= cap
 
 
 @dataclass(frozen=True)
@@ -160,13 +166,15 @@ def _probe(captured: CapturedStep, sized: SizedInputs, options: RecomputeOptions
     plan_sizes = sized.plan_sizes(n, captured.shape_env())
     with _quiet_infeasible_caps():
         report = captured.partition(options.replace(plan_sizes=plan_sizes))
-    assert report.min_bytes is not None  # a peak budget's range: the lowest peak searched
-    probe = Probe(n, int(report.min_bytes), report)
+    assert report.min_bytes is not None and report.predicted_peak_bytes is not None
+    # The range's low end is the plan lowest by the fast estimate, checked exactly; the
+    # choice, also checked, can be lower still.
+    probe = Probe(n, min(report.min_bytes, report.predicted_peak_bytes), report)
     log.info(
         "fit_longest: n=%d lowest predicted peak %d B, plan %d B (%.1f s)",
         n,
         probe.lowest_peak_bytes,
-        report.predicted_peak_bytes or 0,
+        probe.peak_bytes,
         time.perf_counter() - start,
     )
     return probe

@@ -51,7 +51,7 @@ class SizedInputs:
         sizes = self.sizes(n)
         moving = {sizes[d] for d in self.varying}
         fixed = {size for dim, size in sizes.items() if dim not in self.varying}
-        return bool(moving & fixed) or any(s < 2 for s in moving) or len(moving) < len(self.varying)
+        return bool(moving & fixed) or any(s < 2 for s in moving)
 
     def plan_sizes(self, n: int, shape_env: ti.ShapeEnv | None) -> tuple[tuple[str, int], ...]:
         """``plan_sizes`` for ``n``: each varying dimension's source name in the trace, and

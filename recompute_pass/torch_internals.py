@@ -405,13 +405,16 @@ def shape_env_hints(shape_env: ShapeEnv | None, values: dict[Any, int]) -> Itera
     """Inside: the shape env's hints (what Inductor's lowering sizes buffers by) are
     ``values`` where they differ, and no guard is recorded, since a guard decided at
     other hints than the traced ones could contradict the inputs being compiled.
-    Restored after. A no-op when nothing differs."""
+    Restored after. Guards are suppressed even when nothing differs: a prediction's
+    lowering must leave the shape env as it found it."""
     backed = getattr(shape_env, "backed_var_to_val", None)
-    changed = {
-        sym: val for sym, val in values.items() if backed is not None and sym in backed and backed[sym] != val
-    }
-    if shape_env is None or not changed:
+    if shape_env is None or backed is None:
         yield
+        return
+    changed = {sym: val for sym, val in values.items() if sym in backed and backed[sym] != val}
+    if not changed:
+        with shape_env.suppress_guards():
+            yield
         return
     saved = {sym: backed[sym] for sym in changed}
     try:
