@@ -8,12 +8,14 @@ not fit any plan. One reduced Inductor run checks the same through compiled kern
 from __future__ import annotations
 
 import functools
+import math
 
 import pytest
 import torch
 
 from benchmarks.measure import step_memory
 from benchmarks.models import MLP, Llama, LlamaConfig
+from cost_model import get_profile
 from recompute_pass import (
     FitResult,
     RecomputeOptions,
@@ -23,7 +25,10 @@ from recompute_pass import (
     recompute_eager_backend,
 )
 from recompute_pass import torch_internals as ti
+from recompute_pass.costing import build_problem
+from recompute_pass.frontier import Relaxation, hull
 from recompute_pass.partitioner import partition
+from recompute_pass.peak_budget import choose_by_peak, segment_plans
 from tests.harness import Step, assert_same_step, run_step
 from tests.joint_graphs import capture_joints
 from tests.stress_support import full_only
@@ -208,3 +213,32 @@ def test_inductor_fit_runs_under_the_cap_with_eager_gradients() -> None:
 @pytest.mark.parametrize("cap", CAPS)
 def test_inductor_fit_two_layers(cap: int) -> None:
     _inductor_fit(layers=2, cap=cap, high=HIGH)
+
+
+def test_a_cap_below_the_estimated_lowest_plan_checks_the_next_lowest() -> None:
+    """The fast estimate ranks plans roughly: a cap under the exact peak of the plan it
+    ranks lowest is feasible when another low-ranked plan's exact peak fits (each probe of
+    ``fit_longest`` relies on this near its boundary)."""
+    (joint,) = capture_joints(MLP(32, 64), (torch.randn(4, 32),))
+    costed = build_problem(joint.analyzed(), get_profile("cpu"))
+    problem = costed.problem
+    frontier = hull(Relaxation.of(problem), deadline=math.inf)
+    plans = list(dict.fromkeys([*frontier, *segment_plans(problem)]))
+    assert len(plans) >= 3
+    ranked = sorted(plans, key=lambda p: p.cost(problem))
+    estimate = {plan: 1000 - 10 * i for i, plan in enumerate(ranked)}  # costlier: lower estimate
+    exact = dict(estimate)
+    lowest = ranked[-1]
+    exact[lowest] = 5000  # the estimate's lowest is in fact the highest
+    cap = exact[ranked[-2]]
+    choice = choose_by_peak(
+        problem,
+        frontier,
+        lambda p: estimate.get(p, 2000),
+        lambda p: exact.get(p, 2000),
+        ratio=None,
+        cap=cap,
+        deadline=math.inf,
+    )
+    assert exact.get(choice.plan, 2000) <= cap
+    assert not any("infeasible" in note for note in choice.notes)
