@@ -230,6 +230,18 @@ def _grad_diff(runner: Runner, args: argparse.Namespace, n: int, shape: Shape) -
     return max((actual[k] - g).abs().max().item() for k, g in expected.items()) / scale
 
 
+def _merged(old: dict, new: dict) -> dict:
+    """``new``'s systems replace ``old``'s; both commands are recorded."""
+    ran = {r["system"] for r in new["results"]}
+    results = [r for r in old["results"] if r["system"] not in ran] + new["results"]
+    results.sort(key=lambda r: SYSTEMS.index(r["system"]))
+    command = (
+        new["command"] if old["command"] == new["command"] else f"{old['command']}; then {new['command']}"
+    )
+    wall = old["wall_seconds"] + new["wall_seconds"]
+    return {**new, "command": command, "wall_seconds": wall, "results": results}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -283,8 +295,10 @@ def main(argv: list[str] | None = None) -> int:
                 "torch": torch.__version__,
                 "results": [dataclasses.asdict(r) for r in results],
             }
-            name = f"{args.model}_{cap >> 20}MiB_{args.path}.json"
-            (args.out / name).write_text(json.dumps(record, indent=1))
+            path = args.out / f"{args.model}_{cap >> 20}MiB_{args.path}.json"
+            if path.exists():  # a rerun of some systems: keep the others' results
+                record = _merged(json.loads(path.read_text()), record)
+            path.write_text(json.dumps(record, indent=1))
     print(f"wrote {write_report(args.out)}")
     return 0
 
