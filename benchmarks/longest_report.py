@@ -158,6 +158,9 @@ def write_report(out: Path) -> Path:
         "timed steps at each system's own longest length.",
         "",
     ]
+    notes = out / "NOTES.md"  # the findings, written by hand: kept across regenerations
+    if notes.exists():
+        lines += [notes.read_text().strip(), ""]
     for record in records:
         lines += [
             f"## {record['model']}, cap {record['cap'] / MIB:.0f} MiB ({record['path']})",
