@@ -89,6 +89,11 @@ class SizeHints:
                     symbols.update(dict.fromkeys(sorted(expr.free_symbols, key=str)))
         return cls.from_shape_env(shape_env, symbols, unbacked_hint=unbacked_hint)
 
+    def override(self, values: Mapping[sympy.Symbol, int]) -> SizeHints:
+        """These hints with some symbols evaluated elsewhere: what a plan for another size
+        than the traced one reads (``RecomputeOptions.plan_sizes``)."""
+        return SizeHints({**self.values, **values}, self.unbacked_hint)
+
     def hint(self, symbol: sympy.Symbol) -> int:
         """The value of one symbol (``unbacked_hint`` if unknown, logged once)."""
         if symbol in self.values:

@@ -8,17 +8,20 @@ from __future__ import annotations
 
 from recompute_pass import config
 from recompute_pass.backend import RecomputeBackend, recompute_backend, recompute_eager_backend
+from recompute_pass.fit import FitResult, fit_longest
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.partitioner import RecomputePartitioner
 from recompute_pass.report import PartitionReport, capture_reports
 
 __all__ = [
+    "FitResult",
     "PartitionReport",
     "RecomputeBackend",
     "RecomputeOptions",
     "RecomputePartitioner",
     "capture_reports",
     "config",
+    "fit_longest",
     "recompute_backend",
     "recompute_eager_backend",
 ]

@@ -120,8 +120,11 @@ def measure(joint: JointGraph, *, compiler: str | None, cache_dir: str | None, t
     return Measured(times, fusion)
 
 
-def build_problem(joint: JointGraph, device: DeviceProfile, measured: Measured | None = None) -> Costed:
-    hints = SizeHints.from_graph(joint.module.graph)
+def build_problem(
+    joint: JointGraph, device: DeviceProfile, measured: Measured | None = None, hints: SizeHints | None = None
+) -> Costed:
+    """``hints``: where the symbols are evaluated; default the traced sizes."""
+    hints = hints if hints is not None else SizeHints.from_graph(joint.module.graph)
     index = {c.node: i for i, c in enumerate(joint.candidates)}
     needed = frozenset(index[n] for n in joint.needed)
     bandwidth = device.memory_bandwidth

@@ -106,7 +106,16 @@ def predict_peak(
     forward: fx.GraphModule, backward: fx.GraphModule, *, num_user_outputs: int, hints: SizeHints
 ) -> PeakEstimate:
     """Replay both graphs' plans; the forward's outputs live on as the backward's inputs.
-    ``hints``: the forward graph's size hints (for the tangents autograd allocates)."""
+    ``hints``: the forward graph's size hints: Inductor sizes every buffer at them (the
+    shape env's hints are set to them meanwhile), and the tangents autograd allocates."""
+    env = ti.detect_fake_mode([n.meta.get("val") for n in forward.graph.find_nodes(op="placeholder")])
+    with ti.shape_env_hints(env.shape_env if env is not None else None, dict(hints.values)):
+        return _predict_peak(forward, backward, num_user_outputs, hints)
+
+
+def _predict_peak(
+    forward: fx.GraphModule, backward: fx.GraphModule, num_user_outputs: int, hints: SizeHints
+) -> PeakEstimate:
     memory = _Storages()
     fwd = plan_graph(forward, is_backward=False)
     for name in fwd.inputs:

@@ -11,6 +11,7 @@ import hashlib
 import math
 import numbers
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +61,12 @@ class RecomputeOptions:
         untimed is priced by the roofline. 0 times nothing new (the cache only).
     profile_cache_dir: ``device="measure"``: where op times are cached; None is
         ``$TORCH_RECOMPUTE_CACHE_DIR`` or ``~/.cache/torch_recompute``.
+    plan_sizes: plan for these sizes instead of the traced ones: a mapping from a
+        dimension's Dynamo source name (as guards print it, ``"L['idx'].size()[1]"``) to
+        the size at which its symbol is evaluated when choosing the plan (costs, peaks).
+        Under ``dynamic=True`` the plan then fits the size it was made for, whatever size
+        the first call traced (``recompute_pass.fit_longest`` sets it). Stored as sorted
+        ``(name, size)`` pairs: one spelling, one cache key.
     """
 
     memory_budget: float = 1.0
@@ -74,6 +81,7 @@ class RecomputeOptions:
     sync_plans: bool = True
     profile_time_limit: float = 10.0
     profile_cache_dir: str | None = None
+    plan_sizes: tuple[tuple[str, int], ...] | None = None
 
     def __post_init__(self) -> None:
         budget = self.memory_budget
@@ -119,6 +127,11 @@ class RecomputeOptions:
                 raise _fail("profile_cache_dir", folder, "None or a directory path")
             # One spelling, so that the cache key does not depend on how the path was given.
             object.__setattr__(self, "profile_cache_dir", path)
+        object.__setattr__(self, "plan_sizes", _plan_sizes(self.plan_sizes))
+
+    def plan_size_map(self) -> dict[str, int]:
+        """``plan_sizes`` as a dict (empty when unset)."""
+        return dict(self.plan_sizes or ())
 
     @property
     def budgets_peak(self) -> bool:
@@ -138,3 +151,26 @@ class RecomputeOptions:
     def cache_key(self) -> str:
         """A stable digest of every setting (``repr`` of a frozen dataclass is deterministic)."""
         return hashlib.sha256(repr(self).encode()).hexdigest()
+
+
+def _plan_sizes(value: object) -> tuple[tuple[str, int], ...] | None:
+    """``plan_sizes`` validated and in one spelling: sorted (source name, size) pairs."""
+    valid = "None, or a mapping (or (name, size) pairs) from source names to positive int sizes"
+    if value is None:
+        return None
+    try:
+        pairs = list(value.items()) if isinstance(value, Mapping) else [tuple(p) for p in value]  # type: ignore[attr-defined]
+    except TypeError:
+        raise _fail("plan_sizes", value, valid) from None
+    seen: dict[str, int] = {}
+    for pair in pairs:
+        if len(pair) != 2:
+            raise _fail("plan_sizes", value, valid)
+        name, size = pair
+        integral = isinstance(size, numbers.Integral) and not isinstance(size, bool)
+        if not isinstance(name, str) or not name or not integral or size < 1:
+            raise _fail("plan_sizes", value, valid)
+        if seen.get(name, size) != size:
+            raise _fail("plan_sizes", value, f"one size per name ({name!r} given twice)")
+        seen[name] = int(size)
+    return tuple(sorted(seen.items())) or None

@@ -15,7 +15,6 @@ from typing import Any
 import torch
 from torch import fx
 
-from cost_model import SizeHints
 from recompute_pass import inductor_memory, liveness
 from recompute_pass import torch_internals as ti
 from recompute_pass.costing import Costed, build_problem, measure, resolve_device
@@ -25,6 +24,7 @@ from recompute_pass.liveness import PeakEstimate
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.peak_milp import PeakSolver
 from recompute_pass.plan_peak import JointSchedule
+from recompute_pass.plan_sizes import planned_hints
 from recompute_pass.plan_sync import PlanSyncError, agree, partition_digest, rank_and_world
 from recompute_pass.problem import Plan
 from recompute_pass.report import PartitionReport, build_report, publish
@@ -99,7 +99,9 @@ def partition(
         limit, folder = options.profile_time_limit, options.profile_cache_dir
         measured = measure(joint, compiler=compiler, cache_dir=folder, time_limit=limit)
     device = measured.times.profile if measured is not None else resolve_device(options.device, joint)
-    costed = build_problem(joint, device, measured)
+    sizes = options.plan_size_map()
+    hints = planned_hints(joint.module.graph, sizes) if sizes else None
+    costed = build_problem(joint, device, measured, hints)
     # Only a peak budget scores many plans; the saved-bytes path needs no schedule.
     schedule = JointSchedule.of(joint, costed.hints) if options.budgets_peak else None
 
@@ -114,7 +116,7 @@ def partition(
 
     def realize_once(plan: Plan) -> tuple[Partition, PeakEstimate]:
         if plan not in realized:
-            realized[plan] = realize(costed, plan, inductor=inductor)
+            realized[plan] = realize(costed, plan, inductor=inductor, plan_sizes=sizes)
         return realized[plan]
 
     def peak_optimum(caps: Sequence[int], deadline: float) -> list[Plan]:
@@ -163,13 +165,16 @@ class PlanNodes:
         return {node.name: items[i].size for i, node in zip(self.states, self.replayed, strict=True)}
 
 
-def realize(costed: Costed, plan: Plan, *, inductor: bool = False) -> tuple[Partition, PeakEstimate]:
+def realize(
+    costed: Costed, plan: Plan, *, inductor: bool = False, plan_sizes: dict[str, int] | None = None
+) -> tuple[Partition, PeakEstimate]:
     """The graphs a plan runs as, and their predicted peak: from Inductor's memory plan
-    when ``inductor`` (the graphs will be compiled by Inductor), else from the graphs."""
+    when ``inductor`` (the graphs will be compiled by Inductor), else from the graphs;
+    at ``plan_sizes`` where given (``RecomputeOptions.plan_sizes``)."""
     nodes = PlanNodes.of(costed, plan)
     result = extract(costed.joint, list(nodes.saved), set(nodes.recomputed), list(nodes.replayed))
     # Read again: replaying a draw can add a symbol (its state's size) after costing.
-    hints = SizeHints.from_graph(result.forward.graph)
+    hints = planned_hints(result.forward.graph, plan_sizes or {})
     args = (result.forward, result.backward)
     users = costed.joint.num_fwd_outputs
     if inductor:

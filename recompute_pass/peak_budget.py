@@ -108,20 +108,31 @@ def choose_by_peak(
         budget = min_peak + int((max_peak - min_peak) * ratio)
     else:
         budget = cap
-        if cap < min_peak:
-            log.warning(
-                "recompute_pass: peak_memory_bytes=%d is below the lowest predicted peak, %d bytes; "
-                "using the lowest-peak plan",
-                cap,
-                min_peak,
-            )
-            notes.append(f"peak cap {cap} B infeasible; lowest-peak plan used")
-            budget = min_peak
     if peak_optimum is not None:
         ends = (min_peak, scored[lowest][0]), (max_peak, scored[fastest][0])
         for found in peak_optimum(estimate_caps(budget, *ends), deadline):
             scored.setdefault(found, (peak_of(found), found.cost(problem)))
     plan = _cheapest_fitting(scored, exact_of, exact, budget)
+    if plan is None:
+        # Below the exact peak of the plan lowest by the estimate. The estimate ranks plans
+        # only roughly (a quarter off under Inductor), so the next lowest are checked too.
+        assert cap is not None
+        for other in sorted(scored, key=lambda p: (scored[p][0], scored[p][1]))[: _VERIFIED + 1]:
+            exact_of(other)
+        fitting = [p for p in exact if exact[p] <= cap]
+        plan = min(fitting, key=lambda p: (scored[p][1], exact[p])) if fitting else None
+    if plan is None:
+        assert cap is not None
+        budget = min_peak = min(exact.values())
+        log.warning(
+            "recompute_pass: peak_memory_bytes=%d is below the lowest predicted peak, %d bytes; "
+            "using the lowest-peak plan",
+            cap,
+            min_peak,
+        )
+        notes.append(f"peak cap {cap} B infeasible; lowest-peak plan used")
+        plan = _cheapest_fitting(scored, exact_of, exact, budget)
+        assert plan is not None
     notes.append(f"peak search over {len(scored)} plans, {len(exact)} checked")
     points = [(exact.get(p, peak), cost) for p, (peak, cost) in scored.items()]
     return PeakChoice(plan, budget, min_peak, max_peak, _pareto(points), tuple(notes))
@@ -132,13 +143,14 @@ def _cheapest_fitting(
     exact_of: Callable[[Plan], int],
     exact: dict[Plan, int],
     budget: int,
-) -> Plan:
+) -> Plan | None:
     """The cheapest plan whose exact peak fits, checking at most ``_VERIFIED`` more plans.
 
     The estimate and the exact peak can differ by a quarter under Inductor, so a plan's
     estimate is first scaled by the exact/estimate ratio of the checked plan whose estimate
     is nearest (the ends of the range are checked already); plans whose scaled estimate
-    is within the slack are checked, cheapest first. One of the ends always fits.
+    is within the slack are checked, cheapest first. None when no checked plan fits (a
+    ratio's budget always has one: the range's low end).
     """
     ranked = sorted(scored, key=lambda p: (scored[p][1], scored[p][0]))  # cheapest first
     checks = 0
@@ -157,7 +169,7 @@ def _cheapest_fitting(
             if exact_of(plan) <= budget:
                 return plan
     fitting = [p for p in exact if exact[p] <= budget]
-    return min(fitting, key=lambda p: (scored[p][1], exact[p]))
+    return min(fitting, key=lambda p: (scored[p][1], exact[p])) if fitting else None
 
 
 def _pareto(points: list[tuple[int, float]]) -> tuple[tuple[int, float], ...]:

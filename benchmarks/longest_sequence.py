@@ -1,0 +1,307 @@
+"""How long a sequence fits a memory cap, per system: measured, and ``fit_longest``'s answer.
+
+    python -m benchmarks.longest_sequence --model llama --cap 256MiB [--cap 64MiB ...]
+        [--low 64] [--high 4096] [--multiple 16] [--repeats 3] [--path inductor|graphs]
+        [--systems compile checkpoint budget_0 budget_0.5 ours] [--out benchmarks/results/longest_sequence]
+
+For every system the longest sequence whose measured peak fits the cap is found by
+measured bisection on multiples of ``--multiple`` (galloping up from ``--low``, so no step
+runs far beyond the boundary), and the step time is measured there. Each compiled system
+is compiled once, ``dynamic=True``, and run at every length. Ours is ``fit_longest``'s
+answer (one trace, no step run), then checked: its plan's measured boundary, its peak at
+the fitted length, and its gradients against eager there. The peak is the one definition
+(README, "Budget semantics"), measured with the profiler's allocation events on CPU.
+
+Results (one JSON per model and cap, the table and plots) go to ``--out``, whose
+``RESULTS.md`` is rebuilt from every JSON there (``benchmarks.longest_report``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import re
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from benchmarks.cases import SHAPES, Shape
+from benchmarks.checkpoint_flops import checkpoint_blocks
+from benchmarks.longest_report import LABELS, write_report
+from benchmarks.measure import step_memory
+from benchmarks.models import GPT, GPTConfig, Llama, LlamaConfig
+from benchmarks.partition_stats import BudgetedMinCut, RecordingPartitioner
+from benchmarks.systems import make_backend
+from recompute_pass import fit_longest, recompute_backend, recompute_eager_backend
+from recompute_pass import torch_internals as ti
+
+SYSTEMS = ("compile", "checkpoint", "budget_0", "budget_0.5", "ours")
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "KIB": 1 << 10,
+    "MIB": 1 << 20,
+    "GIB": 1 << 30,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+}
+
+
+def parse_bytes(text: str) -> int:
+    """``"256MiB"``, ``"1.5GiB"``, ``"300MB"`` or a plain number of bytes."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
+    if match is None or match.group(2).upper() not in _UNITS:
+        raise argparse.ArgumentTypeError(f"not a size in bytes: {text!r} (e.g. 256MiB)")
+    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+
+
+def build_model(name: str, shape: Shape, max_seq: int) -> nn.Module:
+    """The zoo's model at ``shape``, able to run sequences up to ``max_seq``."""
+    torch.manual_seed(0)
+    if name == "llama":
+        cfg = LlamaConfig(shape.vocab, max_seq, shape.dim, shape.heads, shape.hidden, shape.layers)
+        return Llama(cfg)
+    return GPT(GPTConfig(shape.vocab, max_seq, shape.dim, shape.heads, shape.layers, dropout=0.1))
+
+
+def token_inputs(shape: Shape) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
+    def make(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        generator = torch.Generator().manual_seed(n)
+        size = (shape.batch, n)
+        return (
+            torch.randint(0, shape.vocab, size, generator=generator),
+            torch.randint(0, shape.vocab, size, generator=generator),
+        )
+
+    return make
+
+
+@dataclass
+class SystemResult:
+    system: str
+    longest: int | None  # None: not even --low fits
+    beyond_high: bool  # --high itself fits: the boundary is further
+    peaks: dict[int, int] = field(default_factory=dict)  # length -> measured peak
+    step_seconds: list[float] = field(default_factory=list)  # at ``longest``
+    compile_seconds: float = 0.0
+    # ours only
+    predicted: int | None = None
+    predicted_peak: int | None = None
+    predicted_overhead: float | None = None
+    probes: dict[int, int] = field(default_factory=dict)  # length -> lowest predicted peak
+    fit_seconds: float | None = None
+    measured_at_predicted: int | None = None
+    grad_diff: float | None = None
+    summary: str = ""
+
+
+class Runner:
+    """One compiled (or eager) step function, run at any length."""
+
+    def __init__(self, model: nn.Module, step: Callable[..., torch.Tensor], make_inputs: Callable) -> None:
+        self.model, self.step, self.make_inputs = model, step, make_inputs
+
+    def peak(self, n: int) -> int:
+        args = self.make_inputs(n)
+        self.model.zero_grad(set_to_none=True)
+        torch.manual_seed(0)
+        memory, _ = step_memory(lambda: self.step(*args), lambda loss: loss.backward(), torch.device("cpu"))
+        return memory.peak_bytes
+
+    def times(self, n: int, repeats: int) -> list[float]:
+        args = self.make_inputs(n)
+        seconds = []
+        self.step(*args).backward()  # warm-up: the first step at a new length is slower
+        for _ in range(repeats):
+            self.model.zero_grad(set_to_none=True)
+            start = time.perf_counter()
+            self.step(*args).backward()
+            seconds.append(time.perf_counter() - start)
+        return seconds
+
+    def grads(self, n: int) -> dict[str, torch.Tensor]:
+        self.model.zero_grad(set_to_none=True)
+        torch.manual_seed(0)
+        self.step(*self.make_inputs(n)).backward()
+        return {k: p.grad.detach().clone() for k, p in self.model.named_parameters() if p.grad is not None}
+
+
+def measured_boundary(
+    peak: Callable[[int], int], grid: list[int], cap: int, peaks: dict[int, int], start: int | None = None
+) -> tuple[int | None, bool]:
+    """The largest length of ``grid`` whose measured peak fits ``cap``, assuming a fixed
+    plan's peak grows with the length: gallop up from ``start`` (else the first length),
+    doubling the step, then bisect. Returns (length or None, whether the last fits)."""
+
+    def fits(i: int) -> bool:
+        if grid[i] not in peaks:
+            peaks[grid[i]] = peak(grid[i])
+            print(f"    n={grid[i]}: peak {peaks[grid[i]] / 2**20:.2f} MiB", flush=True)
+        return peaks[grid[i]] <= cap
+
+    lo = grid.index(start) if start in grid else 0
+    if not fits(lo):
+        if lo == 0:
+            return None, False
+        hi, lo = lo, 0
+        if not fits(0):
+            return None, False
+    else:
+        step, hi = 1, None
+        while hi is None:
+            nxt = min(lo + step, len(grid) - 1)
+            if nxt == lo:
+                return grid[lo], True
+            if fits(nxt):
+                lo, step = nxt, step * 2
+            else:
+                hi = nxt
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return grid[lo], False
+
+
+def run_system(system: str, args: argparse.Namespace, cap: int, grid: list[int]) -> SystemResult:
+    shape = SHAPES[args.size]
+    shape = dataclasses.replace(shape, batch=args.batch or shape.batch)
+    make_inputs = token_inputs(shape)
+    model = build_model(args.model, shape, grid[-1])
+    torch.compiler.reset()
+    result = SystemResult(system, None, False)
+    start_at = None
+    if system == "checkpoint":
+        checkpoint_blocks(list(model.blocks))  # type: ignore[arg-type]
+        runner = Runner(model, model, make_inputs)
+    elif system == "ours":
+        backend = recompute_backend if args.path == "inductor" else recompute_eager_backend
+        start = time.perf_counter()
+        fit = fit_longest(
+            copy.deepcopy(model),
+            make_inputs,
+            cap,
+            low=grid[0],
+            high=grid[-1],
+            multiple_of=args.multiple,
+            backend=backend,
+        )
+        result.fit_seconds = time.perf_counter() - start
+        result.predicted, result.predicted_peak = fit.size, fit.predicted_peak_bytes
+        result.predicted_overhead, result.summary = fit.estimated_overhead_seconds, fit.summary
+        result.probes = {p.size: p.lowest_peak_bytes for p in fit.probes}
+        print(f"  fit_longest: {fit} ({result.fit_seconds:.0f} s)", flush=True)
+        runner = Runner(model, torch.compile(model, backend=fit.backend, dynamic=True), make_inputs)
+        start_at = fit.size
+    else:
+        budget = {"compile": None, "budget_0": 0.0, "budget_0.5": 0.5}[system]
+        backend = make_backend(RecordingPartitioner(BudgetedMinCut(budget)), args.path)
+        runner = Runner(model, torch.compile(model, backend=backend, dynamic=True), make_inputs)
+    start = time.perf_counter()
+    first = start_at or grid[min(len(grid) - 1, len(grid) // 8)]
+    result.peaks[first] = runner.peak(first)  # compiles (dynamic=True: once for every length)
+    result.compile_seconds = time.perf_counter() - start
+    print(f"    n={first}: peak {result.peaks[first] / 2**20:.2f} MiB (compile and first step)", flush=True)
+    peaks = result.peaks
+    result.longest, result.beyond_high = measured_boundary(runner.peak, grid, cap, peaks, start_at or first)
+    if result.longest is not None:
+        result.step_seconds = runner.times(result.longest, args.repeats)
+    if system == "ours" and result.predicted is not None:
+        result.measured_at_predicted = result.peaks.get(result.predicted) or runner.peak(result.predicted)
+        result.grad_diff = _grad_diff(runner, args, result.predicted, shape)
+    return result
+
+
+def _grad_diff(runner: Runner, args: argparse.Namespace, n: int, shape: Shape) -> float:
+    """Max |compiled - eager| gradient over the largest eager gradient, at length ``n``."""
+    actual = runner.grads(n)
+    eager = Runner(build_model(args.model, shape, runner.model.cfg.seq), None, runner.make_inputs)  # type: ignore[arg-type]
+    eager.step = eager.model
+    expected = eager.grads(n)
+    scale = max(g.abs().max().item() for g in expected.values()) or 1.0
+    return max((actual[k] - g).abs().max().item() for k, g in expected.items()) / scale
+
+
+def _merged(old: dict, new: dict) -> dict:
+    """``new``'s systems replace ``old``'s; both commands are recorded."""
+    ran = {r["system"] for r in new["results"]}
+    results = [r for r in old["results"] if r["system"] not in ran] + new["results"]
+    results.sort(key=lambda r: SYSTEMS.index(r["system"]))
+    command = (
+        new["command"] if old["command"] == new["command"] else f"{old['command']}; then {new['command']}"
+    )
+    wall = old["wall_seconds"] + new["wall_seconds"]
+    return {**new, "command": command, "wall_seconds": wall, "results": results}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", choices=("llama", "gpt"), required=True)
+    parser.add_argument(
+        "--cap", type=parse_bytes, action="append", required=True, help="e.g. 256MiB; repeatable"
+    )
+    parser.add_argument("--low", type=int, default=64)
+    parser.add_argument("--high", type=int, default=4096)
+    parser.add_argument("--multiple", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=3, help="timed steps at each system's longest length")
+    parser.add_argument(
+        "--size", choices=tuple(SHAPES), default="full", help="model width (benchmarks.cases)"
+    )
+    parser.add_argument("--batch", type=int, default=None, help="default: the size's batch")
+    parser.add_argument("--path", choices=("inductor", "graphs"), default="inductor")
+    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/longest_sequence"))
+    args = parser.parse_args(argv)
+    grid = list(range(-(-args.low // args.multiple) * args.multiple, args.high + 1, args.multiple))
+    command = "python -m benchmarks.longest_sequence " + shlex.join(
+        argv if argv is not None else sys.argv[1:]
+    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(torch.get_num_threads())
+    with ti.inductor_config.patch(force_disable_caches=True, fallback_random=True):
+        for cap in args.cap:
+            started = time.perf_counter()
+            print(f"{args.model} at cap {cap / 2**20:.1f} MiB, lengths {grid[0]}..{grid[-1]}", flush=True)
+            results = []
+            for system in args.systems:
+                print(f"  {LABELS[system]}", flush=True)
+                t0 = time.perf_counter()
+                result = run_system(system, args, cap, grid)
+                results.append(result)
+                print(
+                    f"  -> longest {result.longest}{'+' if result.beyond_high else ''}, "
+                    f"{time.perf_counter() - t0:.0f} s",
+                    flush=True,
+                )
+            record = {
+                "model": args.model,
+                "cap": cap,
+                "command": command,
+                "path": args.path,
+                "size": args.size,
+                "batch": args.batch or SHAPES[args.size].batch,
+                "grid": [grid[0], grid[-1], args.multiple],
+                "wall_seconds": time.perf_counter() - started,
+                "torch": torch.__version__,
+                "results": [dataclasses.asdict(r) for r in results],
+            }
+            path = args.out / f"{args.model}_{cap >> 20}MiB_{args.path}.json"
+            if path.exists():  # a rerun of some systems: keep the others' results
+                record = _merged(json.loads(path.read_text()), record)
+            path.write_text(json.dumps(record, indent=1))
+    print(f"wrote {write_report(args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

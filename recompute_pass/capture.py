@@ -1,0 +1,117 @@
+"""Capture a training step's joint graph once, from a ``dynamic=True`` trace, without
+compiling it.
+
+``fit_longest`` partitions one joint graph at many sizes: the graph is symbolic in them, so
+one trace serves every size (``plan_sizes``). The capture is the joint graph exactly as a
+real compile hands it to the partitioner: through Inductor (after its joint-graph passes)
+or through AOTAutograd alone for the path without codegen. The capturing partitioner
+stops the compile as soon as it has its copy, so no kernel is generated.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import fx
+
+from recompute_pass import torch_internals as ti
+from recompute_pass.options import RecomputeOptions
+from recompute_pass.partitioner import partition
+from recompute_pass.report import PartitionReport
+
+
+class _Captured(Exception):
+    """Raised by the capturing partitioner: the compile has given what was wanted."""
+
+
+@dataclass(frozen=True)
+class CapturedStep:
+    """A joint graph as the partitioner receives it, ready to be partitioned many times."""
+
+    module: fx.GraphModule
+    num_fwd_outputs: int
+    static_lifetime_input_indices: tuple[int, ...]
+    compiler: str | None  # "inductor" when captured through Inductor
+
+    def copy(self) -> fx.GraphModule:
+        """A fresh copy: partitioning mutates the module it is given."""
+        graph = fx.Graph()
+        graph.output(graph.graph_copy(self.module.graph, {}))
+        return fx.GraphModule(self.module, graph)
+
+    def shape_env(self) -> ti.ShapeEnv | None:
+        vals = [n.meta.get("val") for n in self.module.graph.find_nodes(op="placeholder")]
+        fake_mode = ti.detect_fake_mode(vals)
+        return fake_mode.shape_env if fake_mode is not None else None
+
+    def partition(self, options: RecomputeOptions) -> PartitionReport:
+        """Partition a copy as the real compile would, and return only the report."""
+        _, _, report = partition(
+            self.copy(),
+            num_fwd_outputs=self.num_fwd_outputs,
+            static_lifetime_input_indices=self.static_lifetime_input_indices,
+            options=options,
+            compiler=self.compiler,
+        )
+        return report
+
+
+class _CapturingPartitioner(ti.CustomPartitionerFn):
+    def __init__(self, found: list[CapturedStep], compiler: str | None) -> None:
+        self.found = found
+        self.compiler = compiler
+        self.key = uuid.uuid4().hex  # never a cache hit: every capture must reach us
+
+    def uuid(self) -> str:
+        return f"recompute_pass-capture-{self.key}"
+
+    def __call__(self, gm: fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any) -> Any:
+        graph = fx.Graph()
+        graph.output(graph.graph_copy(gm.graph, {}))
+        static = tuple(kwargs.get("static_lifetime_input_indices") or ())
+        self.found.append(
+            CapturedStep(fx.GraphModule(gm, graph), kwargs["num_fwd_outputs"], static, self.compiler)
+        )
+        raise _Captured
+
+
+def capture_step(
+    model: Callable[..., torch.Tensor], inputs: Sequence[object], *, inductor: bool
+) -> CapturedStep:
+    """The joint graph of ``model(*inputs)`` (a scalar loss) traced ``dynamic=True``.
+
+    The step must compile to one graph (``fullgraph``): a graph break would leave a step
+    whose peak no single graph predicts. Caches are off for the capture.
+    """
+    found: list[CapturedStep] = []
+    capturer = _CapturingPartitioner(found, "inductor" if inductor else None)
+
+    def backend(gm: fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> Any:
+        if inductor:
+            with ti.inductor_config.patch(custom_partitioner_fn=capturer):
+                return ti.compile_fx(gm, list(example_inputs))
+        return ti.eager_aot_backend(capturer)(gm, example_inputs)
+
+    compiled = torch.compile(model, backend=backend, dynamic=True, fullgraph=True)
+    try:
+        with ti.inductor_config.patch(force_disable_caches=True):
+            loss = compiled(*inputs)
+            loss.backward()  # reached only if the partitioner was never called
+    except Exception as error:
+        if not found or not _caused_by_capture(error):
+            raise
+    if len(found) != 1:
+        raise ValueError(f"the step compiled to {len(found)} joint graphs; fit_longest needs exactly one")
+    return found[0]
+
+
+def _caused_by_capture(error: BaseException | None) -> bool:
+    while error is not None:
+        if isinstance(error, _Captured):
+            return True
+        error = error.__cause__ or error.__context__
+    return False

@@ -1,0 +1,212 @@
+"""The longest size that fits a memory cap: the symbolic peak, inverted.
+
+``fit_longest`` traces the step once with ``dynamic=True`` and captures its joint graph
+(``capture``). At a size ``n`` it partitions that graph with the shape symbols evaluated
+at ``n`` (``plan_sizes``): the cost model, the plans' peaks and Inductor's memory plan all
+read the hints, so each probe is a planning run, not a compile or a step. It then
+bisects over the multiples of ``multiple_of`` in ``[low, high]`` for the largest ``n``
+whose lowest predicted peak (over the plans searched: ``peak_budget``) fits the cap.
+
+Bisection assumes that lowest peak does not decrease as ``n`` grows: more tokens never
+need less memory. It holds for the zoo (every activation grows with ``n``), but the plan
+family is searched, not exact, so the probes are checked: a probe with a lower peak than
+a smaller size's is logged and noted on the result, and the answer is always a size
+whose own probe fits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import numbers
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+from recompute_pass.backend import RecomputeBackend, recompute_backend
+from recompute_pass.capture import CapturedStep, capture_step
+from recompute_pass.options import RecomputeOptions
+from recompute_pass.report import PartitionReport
+from recompute_pass.sized_inputs import SizedInputs
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One size planned under the cap: the plan chosen (the cheapest whose predicted peak
+    fits, else the lowest-peak plan) and the lowest predicted peak of the plans checked."""
+
+    size: int
+    lowest_peak_bytes: int
+    report: PartitionReport
+
+    @property
+    def peak_bytes(self) -> int:
+        """The chosen plan's predicted peak."""
+        return int(self.report.predicted_peak_bytes or 0)
+
+    def fits(self, cap: int) -> bool:
+        return self.peak_bytes <= cap
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """``size``: the largest fitting size. ``backend``: ``torch.compile(model,
+    backend=fit.backend, dynamic=True)`` runs the fastest plan that fits at ``size``.
+    ``estimated_overhead_seconds``: the cost model's step time of that plan beyond the
+    fastest plan's at ``size`` (recomputation and saved-tensor traffic)."""
+
+    size: int
+    backend: RecomputeBackend
+    predicted_peak_bytes: int
+    estimated_overhead_seconds: float
+    summary: str  # the plan's report, as text
+    memory_cap: int
+    plan_sizes: tuple[tuple[str, int], ...]
+    probes: tuple[Probe, ...]  # every size planned, smallest first
+    notes: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return (
+            f"longest size {self.size} under {self.memory_cap:,} B: predicted peak "
+            f"{self.predicted_peak_bytes:,} B, est. overhead {self.estimated_overhead_seconds * 1e3:.3g} ms"
+        )
+
+
+def fit_longest(
+    model: Callable[..., torch.Tensor],
+    make_inputs: Callable[[int], object],
+    memory_cap: int,
+    *,
+    low: int,
+    high: int,
+    multiple_of: int = 1,
+    backend: RecomputeBackend = recompute_backend,
+) -> FitResult:
+    """The largest ``n`` in ``[low, high]``, a multiple of ``multiple_of``, at which some
+    plan's predicted peak (README, "Budget semantics": the step's peak above the level
+    before the forward) is at most ``memory_cap`` bytes.
+
+    ``make_inputs(n)``: the step's inputs at size ``n`` (a tuple, or one tensor), for
+    ``model(*inputs)`` returning a scalar loss, compiled to one graph. ``backend``: whose
+    options (solver, device, peak model) plan, and whether Inductor will compile
+    (``recompute_backend``) or not (``recompute_eager_backend``); the peak model follows.
+    One ``dynamic=True`` trace serves every size; about log2((high - low) / multiple_of)
+    sizes are planned.
+    """
+    cap, grid = _validate(memory_cap, low, high, multiple_of)
+    sized = SizedInputs.of(model, make_inputs, grid[0], grid[-1] if len(grid) > 1 else grid[0] + multiple_of)
+    trace = next((n for n in (grid[len(grid) // 2], grid[-1], grid[0]) if not sized.collides(n)), grid[-1])
+    start = time.perf_counter()
+    captured = capture_step(model, sized.args(trace), inductor=backend.inductor)
+    log.info("fit_longest: captured the joint graph at n=%d in %.1f s", trace, time.perf_counter() - start)
+    options = backend.options().replace(peak_memory_bytes=cap, memory_budget_bytes=None, fallback=False)
+    probes: dict[int, Probe] = {}
+
+    def probe(index: int) -> Probe:
+        n = grid[index]
+        if n not in probes:
+            probes[n] = _probe(captured, sized, options, n)
+        return probes[n]
+
+    if not probe(0).fits(cap):
+        raise ValueError(
+            f"memory_cap={cap} B is below the lowest predicted peak at the smallest size, "
+            f"low={grid[0]}: {probe(0).lowest_peak_bytes} B"
+        )
+    best = len(grid) - 1
+    if not probe(best).fits(cap):
+        fits, fails = 0, best  # probe(fits) fits, probe(fails) does not
+        while fails - fits > 1:
+            mid = (fits + fails) // 2
+            fits, fails = (mid, fails) if probe(mid).fits(cap) else (fits, mid)
+        best = fits
+    chosen = probes[grid[best]]
+    notes = _monotonicity_notes(probes)
+    report = chosen.report
+    fastest = min((cost for _, cost in report.frontier), default=report.estimated_step_overhead or 0.0)
+    plan_sizes = sized.plan_sizes(chosen.size, captured.shape_env())
+    result = FitResult(
+        size=chosen.size,
+        backend=backend.with_options(peak_memory_bytes=cap, memory_budget_bytes=None, plan_sizes=plan_sizes),
+        predicted_peak_bytes=int(report.predicted_peak_bytes or 0),
+        estimated_overhead_seconds=max(0.0, float(report.estimated_step_overhead or 0.0) - fastest),
+        summary=report.to_text(),
+        memory_cap=cap,
+        plan_sizes=plan_sizes,
+        probes=tuple(probes[n] for n in sorted(probes)),
+        notes=notes,
+    )
+    log.info("fit_longest: %s (%d sizes planned in %.1f s)", result, len(probes), time.perf_counter() - start)
+    return result
+
+
+def _validate(memory_cap: object, low: object, high: object, multiple_of: object) -> tuple[int, list[int]]:
+    def integer(name: str, value: object, minimum: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+            raise ValueError(f"fit_longest: invalid {name}={value!r}; expected an integer >= {minimum}")
+        return int(value)
+
+    cap = integer("memory_cap", memory_cap, 1)
+    lo, hi, step = integer("low", low, 1), integer("high", high, 1), integer("multiple_of", multiple_of, 1)
+    if lo > hi:
+        raise ValueError(f"fit_longest: invalid low={lo} > high={hi}; expected low <= high")
+    first = -(-lo // step) * step
+    if first > hi:
+        raise ValueError(f"fit_longest: invalid multiple_of={step}: no multiple in [{lo}, {hi}]")
+    return cap, list(range(first, hi + 1, step))
+
+
+def _probe(captured: CapturedStep, sized: SizedInputs, options: RecomputeOptions, n: int) -> Probe:
+    start = time.perf_counter()
+    plan_sizes = sized.plan_sizes(n, captured.shape_env())
+    with _quiet_infeasible_caps():
+        report = captured.partition(options.replace(plan_sizes=plan_sizes))
+    assert report.min_bytes is not None and report.predicted_peak_bytes is not None
+    # The range's low end is the plan lowest by the fast estimate, checked exactly; the
+    # choice, also checked, can be lower still.
+    probe = Probe(n, min(report.min_bytes, report.predicted_peak_bytes), report)
+    log.info(
+        "fit_longest: n=%d lowest predicted peak %d B, plan %d B (%.1f s)",
+        n,
+        probe.lowest_peak_bytes,
+        probe.peak_bytes,
+        time.perf_counter() - start,
+    )
+    return probe
+
+
+def _monotonicity_notes(probes: dict[int, Probe]) -> tuple[str, ...]:
+    """Bisection's assumption, checked on what was planned."""
+    ordered = [probes[n] for n in sorted(probes)]
+    notes = []
+    for smaller, larger in itertools.pairwise(ordered):
+        if larger.lowest_peak_bytes < smaller.lowest_peak_bytes:
+            note = (
+                f"lowest predicted peak decreases from n={smaller.size} ({smaller.lowest_peak_bytes} B) "
+                f"to n={larger.size} ({larger.lowest_peak_bytes} B): bisection may have missed a longer size"
+            )
+            log.warning("fit_longest: %s", note)
+            notes.append(note)
+    return tuple(notes)
+
+
+class _DropInfeasible(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "below the lowest predicted peak" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _quiet_infeasible_caps() -> Iterator[None]:
+    """Probing sizes that do not fit is the point: no warning for each."""
+    logger = logging.getLogger("recompute_pass.peak_budget")
+    dropped = _DropInfeasible()
+    logger.addFilter(dropped)
+    try:
+        yield
+    finally:
+        logger.removeFilter(dropped)
