@@ -16,7 +16,8 @@ The ratio spans the lowest predicted peak of the family (0) to the fastest plan'
 The choice is the cheapest plan whose peak fits, ties to the lower peak, so a lower
 budget never gives a higher peak. Plans are ranked by a fast estimate (the graph walk on
 the joint graph, ``plan_peak``); the peaks that set the range and decide are the exact
-predictions of a few plans (``_cheapest_fitting``).
+predictions of the plans on the estimate's peak/cost Pareto front (``_checked``), the
+same plans at every budget.
 """
 
 from __future__ import annotations
@@ -36,10 +37,9 @@ from recompute_pass.strategies.strategy_sqrt_n import segment_policy
 
 log = logging.getLogger(__name__)
 
-# Plans whose exact peak is checked against the budget, cheapest first, and how far above
-# the budget a calibrated estimate may be and still be checked.
-_VERIFIED = 4
-_ESTIMATE_SLACK = 0.05
+# At most this many plans' exact peaks are predicted per graph (each one an Inductor
+# lowering under torch.compile).
+_MAX_CHECKED = 8
 
 
 @dataclass(frozen=True)
@@ -100,76 +100,58 @@ def choose_by_peak(
             exact[plan] = exact_peak_of(plan)
         return exact[plan]
 
-    lowest = min(scored, key=lambda p: (scored[p][0], scored[p][1]))
-    max_peak = exact_of(fastest)
-    min_peak = min(exact_of(lowest), max_peak)
+    # The plans checked do not depend on the budget, so a lower budget can only remove
+    # plans from those that fit: the chosen peak never rises as the budget falls.
+    for plan in _checked(scored, fastest):
+        exact_of(plan)
+    max_peak = exact[fastest]
+    min_peak = min(exact.values())
     if cap is None:
         assert ratio is not None
         budget = min_peak + int((max_peak - min_peak) * ratio)
     else:
         budget = cap
+        if cap < min_peak:
+            log.warning(
+                "recompute_pass: peak_memory_bytes=%d is below the lowest predicted peak, %d bytes; "
+                "using the lowest-peak plan",
+                cap,
+                min_peak,
+            )
+            notes.append(f"peak cap {cap} B infeasible; lowest-peak plan used")
+            budget = min_peak
     if peak_optimum is not None:
+        lowest = min(exact, key=lambda p: (exact[p], scored[p][1]))
         ends = (min_peak, scored[lowest][0]), (max_peak, scored[fastest][0])
         for found in peak_optimum(estimate_caps(budget, *ends), deadline):
             scored.setdefault(found, (peak_of(found), found.cost(problem)))
-    plan = _cheapest_fitting(scored, exact_of, exact, budget)
-    if plan is None:
-        # Below the exact peak of the plan lowest by the estimate. The estimate ranks plans
-        # only roughly (a quarter off under Inductor), so the next lowest are checked too.
-        assert cap is not None
-        for other in sorted(scored, key=lambda p: (scored[p][0], scored[p][1]))[: _VERIFIED + 1]:
-            exact_of(other)
-        fitting = [p for p in exact if exact[p] <= cap]
-        plan = min(fitting, key=lambda p: (scored[p][1], exact[p])) if fitting else None
-    if plan is None:
-        assert cap is not None
-        budget = min_peak = min(exact.values())
-        log.warning(
-            "recompute_pass: peak_memory_bytes=%d is below the lowest predicted peak, %d bytes; "
-            "using the lowest-peak plan",
-            cap,
-            min_peak,
-        )
-        notes.append(f"peak cap {cap} B infeasible; lowest-peak plan used")
-        plan = _cheapest_fitting(scored, exact_of, exact, budget)
-        assert plan is not None
+            exact_of(found)
+    fitting = [p for p in exact if exact[p] <= budget]
+    plan = min(fitting, key=lambda p: (scored[p][1], exact[p]))
     notes.append(f"peak search over {len(scored)} plans, {len(exact)} checked")
     points = [(exact.get(p, peak), cost) for p, (peak, cost) in scored.items()]
     return PeakChoice(plan, budget, min_peak, max_peak, _pareto(points), tuple(notes))
 
 
-def _cheapest_fitting(
-    scored: dict[Plan, tuple[int, float]],
-    exact_of: Callable[[Plan], int],
-    exact: dict[Plan, int],
-    budget: int,
-) -> Plan | None:
-    """The cheapest plan whose exact peak fits, checking at most ``_VERIFIED`` more plans.
+def _checked(scored: dict[Plan, tuple[int, float]], fastest: Plan) -> list[Plan]:
+    """The plans whose exact peak is predicted: those no other plan beats on both the
+    estimated peak and the cost, at most ``_MAX_CHECKED`` of them, spread evenly over
+    the estimate's range (the lowest and the fastest always in)."""
+    front = sorted(dict.fromkeys(p for p in scored if _undominated(scored, p)), key=lambda p: scored[p])
+    if fastest not in front:
+        front.append(fastest)
+    if len(front) <= _MAX_CHECKED:
+        return front
+    step = (len(front) - 1) / (_MAX_CHECKED - 1)
+    return list(dict.fromkeys(front[round(i * step)] for i in range(_MAX_CHECKED)))
 
-    The estimate and the exact peak can differ by a quarter under Inductor, so a plan's
-    estimate is first scaled by the exact/estimate ratio of the checked plan whose estimate
-    is nearest (the ends of the range are checked already); plans whose scaled estimate
-    is within the slack are checked, cheapest first. None when no checked plan fits (a
-    ratio's budget always has one: the range's low end).
-    """
-    ranked = sorted(scored, key=lambda p: (scored[p][1], scored[p][0]))  # cheapest first
-    checks = 0
-    for plan in ranked:
-        if plan in exact:
-            if exact[plan] <= budget:
-                return plan
-            continue
-        if checks == _VERIFIED:
-            continue
-        estimate = scored[plan][0]
-        nearest = min(exact, key=lambda p: (abs(scored[p][0] - estimate), scored[p][1]))
-        scale = exact[nearest] / scored[nearest][0] if scored[nearest][0] else 1.0
-        if estimate * scale <= budget * (1 + _ESTIMATE_SLACK):
-            checks += 1
-            if exact_of(plan) <= budget:
-                return plan
-    fitting = [p for p in exact if exact[p] <= budget]
-    return min(fitting, key=lambda p: (scored[p][1], exact[p])) if fitting else None
+
+def _undominated(scored: dict[Plan, tuple[int, float]], plan: Plan) -> bool:
+    peak, cost = scored[plan]
+    return not any(
+        (other_peak <= peak and other_cost < cost) or (other_peak < peak and other_cost <= cost)
+        for other_peak, other_cost in scored.values()
+    )
 
 
 def _pareto(points: list[tuple[int, float]]) -> tuple[tuple[int, float], ...]:

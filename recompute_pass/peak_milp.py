@@ -559,6 +559,8 @@ class PeakSolver:
         except Exception:  # an extra source of plans, never worth failing the compile for
             log.warning("recompute_pass: peak MILP skipped: building it failed", exc_info=True)
             return None
+        if model.columns == 0:  # nothing to decide
+            return None
         if model.columns > MAX_COLUMNS:
             log.debug("recompute_pass: peak MILP skipped: %d columns > %d", model.columns, MAX_COLUMNS)
             return None

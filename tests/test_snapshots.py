@@ -59,12 +59,14 @@ budget (peak): ratio 1 -> 146,692 B (range 105,412..146,692 B)
 saved: 65,664 B in 14 activations (+9 static inputs)
 recomputed: 26 ops, 24,832 FLOP, est. 49.7 ns
 predicted peak: 146,692 B (backward: mul#6; graph model)
-note: peak search over 17 plans, 2 checked
+note: peak search over 17 plans, 6 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
      105,412        72.9 us
-     120,900        62.5 us
-     126,152        52.7 us
+     120,900        72.7 us
+     122,056        62.9 us
+     125,956        62.5 us
+     131,208        52.7 us
      131,336        42.4 us
      138,500        32.2 us
      146,692        11.4 us
@@ -104,7 +106,7 @@ budget (peak): ratio 0.5 -> 126,052 B (range 105,412..146,692 B)
 saved: 43,968 B in 8 activations (+10 static inputs)
 recomputed: 65 ops, 268,672 FLOP, est. 51.5 us
 predicted peak: 125,956 B (backward: mul#6; graph model)
-note: peak search over 17 plans, 5 checked
+note: peak search over 17 plans, 6 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
      105,412        72.9 us
@@ -162,12 +164,14 @@ budget (peak): ratio 0 -> 105,412 B (range 105,412..146,692 B)
 saved: 60,352 B in 9 activations (+10 static inputs)
 recomputed: 62 ops, 254,336 FLOP, est. 61.7 us
 predicted peak: 105,412 B (forward: mul#6; graph model)
-note: peak search over 17 plans, 2 checked
+note: peak search over 17 plans, 6 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
      105,412        72.9 us
-     120,900        62.5 us
-     126,152        52.7 us
+     120,900        72.7 us
+     122,056        62.9 us
+     125,956        62.5 us
+     131,208        52.7 us
      131,336        42.4 us
      138,500        32.2 us
      146,692        11.4 us
@@ -217,7 +221,7 @@ budget (peak): ratio 0.5 -> 98,692 B (range 88,196..109,188 B)
 saved: 38,912 B in 7 activations (+11 static inputs)
 recomputed: 56 ops, 219,968 FLOP, est. 61.3 us
 predicted peak: 96,388 B (backward: mul#4; graph model)
-note: peak search over 13 plans, 5 checked
+note: peak search over 13 plans, 6 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
       88,196         103 us
@@ -269,7 +273,7 @@ budget (peak): absolute -> 150,000 B (range 88,196..109,188 B)
 saved: 51,840 B in 11 activations (+11 static inputs)
 recomputed: 31 ops, 18,176 FLOP, est. 36.4 ns
 predicted peak: 109,188 B (backward: mul#4; graph model)
-note: peak search over 13 plans, 2 checked
+note: peak search over 13 plans, 6 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
       88,196         103 us
@@ -307,41 +311,52 @@ recomputed (views, free, not listed: 22):
         self.assertExpectedInline(report_text("llama_block", memory_budget=0.5, compiler="inductor"), """\
 solver: peak, device: cpu
 budget (peak): ratio 0.5 -> 92,552 B (range 84,104..101,000 B)
-saved: 16,512 B in 5 activations (+11 static inputs)
-recomputed: 39 ops, 690,944 FLOP, est. 52.2 us
-predicted peak: 87,684 B (backward: _scaled_dot_product_flash_attention_for_cpu_backward; inductor model)
-note: peak search over 13 plans, 5 checked
+saved: 38,912 B in 7 activations (+11 static inputs)
+recomputed: 56 ops, 219,968 FLOP, est. 61.3 us
+predicted peak: 88,072 B (backward: mul#6; inductor model)
+note: peak search over 13 plans, 6 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
       84,104         103 us
-      87,684        62.7 us
+      88,072        72.2 us
       96,392        52.2 us
      100,488          42 us
      101,000        11.2 us
 saved activations:
-  name                  shape             dtype    bytes
-  block.attn_norm/mul   [2, 16, 32]       float32  4,096
-  block/cat             [2, 4, 16, 4, 2]  float32  4,096
-  block/cat#1           [2, 4, 16, 4, 2]  float32  4,096
-  block/add#2           [2, 16, 32]       float32  4,096
-  block.mlp_norm/rsqrt  [2, 16, 1]        float32    128
-recomputed (views, free, not listed: 24):
-  name                                               shape            flops
-  block.attn_norm/mul#1                              [2, 16, 32]      1,024
-  block.wv/mm                                        [32, 32]        65,536
-  block/_scaled_dot_product_flash_attention_for_cpu  -               65,536
-  block/clone                                        [2, 16, 4, 8]    1,024
-  block.mlp_norm/mul                                 [2, 16, 32]      1,024
-  block.mlp_norm/mul#1                               [2, 16, 32]      1,024
-  block.w_gate/mm                                    [32, 88]       180,224
-  block/neg                                          [2, 16, 88]      2,816
-  block/exp                                          [2, 16, 88]      2,816
-  block/add#3                                        [2, 16, 88]      2,816
-  block/div                                          [2, 16, 88]      2,816
-  block.w_up/mm                                      [32, 88]       180,224
-  block/mul#8                                        [2, 16, 88]      2,816
-  block.w_down/mm                                    [32, 32]       180,224
-  block/add#4                                        [2, 16, 32]      1,024""")
+  name                 shape          dtype     bytes
+  block.attn_norm/mul  [2, 16, 32]    float32   4,096
+  block/sub#1          [2, 4, 16, 4]  float32   2,048
+  block/add#1          [2, 4, 16, 4]  float32   2,048
+  block/add#2          [2, 16, 32]    float32   4,096
+  block.w_gate/mm      [32, 88]       float32  11,264
+  block.w_up/mm        [32, 88]       float32  11,264
+  mul                  [2, 16, 32]    float32   4,096
+recomputed (views, free, not listed: 32):
+  name                                               shape              flops
+  block.attn_norm/mul#1                              [2, 16, 32]        1,024
+  block.wq/mm                                        [32, 32]          65,536
+  block.wv/mm                                        [32, 32]          65,536
+  block/mul                                          [2, 4, 16, 4]        512
+  block/mul#1                                        [2, 4, 16, 4]        512
+  block/sub                                          [2, 4, 16, 4]        512
+  block/mul#2                                        [2, 4, 16, 4]        512
+  block/mul#3                                        [2, 4, 16, 4]        512
+  block/add                                          [2, 4, 16, 4]        512
+  block/cat                                          [2, 4, 16, 4, 2]       0
+  block/cat#1                                        [2, 4, 16, 4, 2]       0
+  block/_scaled_dot_product_flash_attention_for_cpu  -                 65,536
+  block/clone                                        [2, 16, 4, 8]      1,024
+  block.mlp_norm/pow                                 [2, 16, 32]        1,024
+  block.mlp_norm/mean                                [2, 16, 1]         1,024
+  block.mlp_norm/add                                 [2, 16, 1]            32
+  block.mlp_norm/rsqrt                               [2, 16, 1]            32
+  block.mlp_norm/mul                                 [2, 16, 32]        1,024
+  block.mlp_norm/mul#1                               [2, 16, 32]        1,024
+  block/neg                                          [2, 16, 88]        2,816
+  block/exp                                          [2, 16, 88]        2,816
+  block/add#3                                        [2, 16, 88]        2,816
+  block/div                                          [2, 16, 88]        2,816
+  block/mul#8                                        [2, 16, 88]        2,816""")
 
     def test_mlp_budget_1(self) -> None:
         self.assertExpectedInline(
