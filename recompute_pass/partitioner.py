@@ -22,6 +22,10 @@ from recompute_pass.costing import Costed, build_problem, measure, resolve_devic
 from recompute_pass.extraction import Partition, extract
 from recompute_pass.joint_graph import RegionBudgetError, analyze, prepare
 from recompute_pass.liveness import PeakEstimate
+from recompute_pass.offload import OffloadProblem
+from recompute_pass.offload_extraction import offload_partition
+from recompute_pass.offload_peak import with_offload
+from recompute_pass.offload_schedule import for_order, windows
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.plan_peak import JointSchedule
 from recompute_pass.plan_sync import PlanSyncError, agree, partition_digest, rank_and_world
@@ -92,6 +96,7 @@ def partition(
             memory_budget_bytes=None,
             peak_memory_bytes=None,
             budget_mode="saved",
+            offload=False,  # a saved-bytes budget: offload needs a peak budget
         )
     measured = None
     if options.device == "measure":
@@ -101,22 +106,37 @@ def partition(
     costed = build_problem(joint, device, measured)
     # Only a peak budget scores many plans; the saved-bytes path needs no schedule.
     schedule = JointSchedule.of(joint, costed.hints) if options.budgets_peak else None
+    # Offload: the windows of each value that may be offloaded (None: no host link).
+    offload = windows(costed, options.offload_host_bytes) if options.offload else None
+    graph_nodes = {n.name: n for n in joint.module.graph.nodes} if offload is not None else {}
 
     def peak_of(plan: Plan) -> int:
         assert schedule is not None
         nodes = PlanNodes.of(costed, plan)
         states = nodes.state_bytes(costed)
-        return schedule.peak(set(nodes.saved), nodes.recomputed, states).peak_bytes
+        estimate = schedule.peak(set(nodes.saved), nodes.recomputed, states)
+        if plan.offloaded:
+            off = {joint.candidates[i].node: costed.problem.items[i].size for i in plan.offloaded}
+            estimate = with_offload(estimate, off, graph_nodes, costed.device, costed.hints)
+        return estimate.peak_bytes
 
     realized: dict[Plan, tuple[Partition, PeakEstimate]] = {}
-    inductor = compiler == "inductor" and options.peak_model == "auto"
+    # Inductor's memory model does not know the offload ops: with offload, every plan's
+    # peak comes from the graphs, so that plans with and without offload compare alike.
+    inductor = compiler == "inductor" and options.peak_model == "auto" and not options.offload
 
     def realize_once(plan: Plan) -> tuple[Partition, PeakEstimate]:
         if plan not in realized:
             realized[plan] = realize(costed, plan, inductor=inductor)
         return realized[plan]
 
-    decision = decide(costed.problem, options, peak_of, lambda plan: realize_once(plan)[1].peak_bytes)
+    def windows_of(plan: Plan) -> OffloadProblem:
+        assert schedule is not None and offload is not None
+        nodes = PlanNodes.of(costed, plan)
+        return for_order(offload, costed, schedule.backward_order(set(nodes.saved), set(nodes.recomputed)))
+
+    exact_peak_of = lambda plan: realize_once(plan)[1].peak_bytes  # noqa: E731
+    decision = decide(costed.problem, options, peak_of, exact_peak_of, offload=offload, windows_of=windows_of)
     # Under a process group: every rank's plan is rank 0's (or was equal to it already).
     synced = agree(costed, decision, options)
     decision = synced.decision
@@ -157,6 +177,11 @@ def realize(costed: Costed, plan: Plan, *, inductor: bool = False) -> tuple[Part
     when ``inductor`` (the graphs will be compiled by Inductor), else from the graphs."""
     nodes = PlanNodes.of(costed, plan)
     result = extract(costed.joint, list(nodes.saved), set(nodes.recomputed), list(nodes.replayed))
+    if plan.offloaded:
+        names = [costed.joint.candidates[i].node.name for i in sorted(plan.offloaded)]
+        result, _ = offload_partition(
+            result, names, costed.device, SizeHints.from_graph(result.forward.graph)
+        )
     # Read again: replaying a draw can add a symbol (its state's size) after costing.
     hints = SizeHints.from_graph(result.forward.graph)
     args = (result.forward, result.backward)
