@@ -23,6 +23,7 @@ from torch._functorch import config as functorch_config
 from torch._functorch._activation_offloading.activation_offloading import (
     offload_chosen_sets_async as _offload_chosen_sets_async,
 )
+from torch._functorch._activation_offloading.offload_ops import pinned_memory_pool
 from torch._functorch._aot_autograd.descriptors import (
     PlainAOTInput,
     SubclassGetAttrAOTInput,
@@ -87,6 +88,7 @@ __all__ = [
     "ao_reload",
     "ao_wait_tensor",
     "insert_offload_ops",
+    "pinned_memory_pool",
     "CPP_MAX_KERNEL_GROUP_ARGS",
     "CustomPartitionerFn",
     "HigherOrderOperator",
@@ -169,6 +171,8 @@ def insert_offload_ops(forward: fx.GraphModule, backward: fx.GraphModule, names:
         if isinstance(node, fx.Node) and node.name in chosen:
             node.meta["saved_for_offloading"] = True
     _offload_chosen_sets_async(forward, backward)
+
+
 """The budget ``torch.autograd.graph.region_activation_memory_budget`` put on a node, or None."""
 
 # Devices whose generator ``run_and_save_rng_state``/``run_with_rng_state`` save and restore.
