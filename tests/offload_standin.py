@@ -52,7 +52,9 @@ def _reload(
 
 
 def _wait(
-    tensor: torch.Tensor, keepalive: torch.Tensor | None = None, last_use_of_storage: torch.Tensor | None = None
+    tensor: torch.Tensor,
+    keepalive: torch.Tensor | None = None,
+    last_use_of_storage: torch.Tensor | None = None,
 ) -> torch.Tensor:
     if keepalive is not None and keepalive.untyped_storage().size() > 0:
         keepalive.untyped_storage().resize_(0)
