@@ -148,6 +148,12 @@ class DeviceProfile:
     def __hash__(self) -> int:
         return hash(self.fingerprint())
 
+    def __deepcopy__(self, memo: dict[int, object]) -> DeviceProfile:
+        # Immutable, so a copy is itself. Inductor deep-copies its config (our partitioner,
+        # its options and their profile among it) for every compile's repro string, and
+        # the read-only ``peak_flops`` mapping cannot be copied.
+        return self
+
     def _fp32_rate(self) -> float:
         return self.peak_flops.get(torch.float32) or min(self.peak_flops.values())
 

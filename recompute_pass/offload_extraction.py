@@ -12,6 +12,16 @@ places the link schedule (``offload_link``) gives on these very graphs:
 - the backward reload, early enough for the copy to end by the first use (the prefetch;
   PyTorch's prefetch helper times nodes by benchmarking them on the GPU, where we have the
   cost model's estimates already).
+
+One change to PyTorch's ops' arguments: each wait holds the transfer's source as
+``last_use_of_storage``, not as ``keepalive``. ``keepalive`` makes the wait free the
+source's storage (``resize_(0)``) behind Inductor's back; Inductor still counts the buffer
+as its own, and once the wait is not the graph's last node it reuses it for a later
+result, writing into a storage of 0 bytes (a crash, seen on this CPU with the stand-in).
+PyTorch's pass is safe only because it sinks every wait to the end. With
+``last_use_of_storage`` the wait is still the source's last use, so the source lives
+until its copy is done, and then Inductor (or the graph's own last-use ``del``) frees it
+or reuses it, as it would any buffer.
 """
 
 from __future__ import annotations
@@ -46,6 +56,10 @@ def offload_partition(
         source = node.args[0]
         assert isinstance(source, fx.Node)
         sizes[source.name] = hints.evaluate(tensor_bytes(source.meta["val"]))
+    for module in (forward, backward):
+        for wait in module.graph.find_nodes(op="call_function", target=ti.ao_wait_tensor):
+            tensor, source = wait.args
+            wait.args = (tensor, None, source)
     out = _place_forward_waits(forward, device, hints)
     back = _prefetch_reloads(backward, device, hints)
     for module in (forward, backward):

@@ -7,9 +7,10 @@ while the context is open:
 
 - ``ao.offload(x)`` returns a copy of ``x`` (the "host" copy);
 - ``ao.reload(x, device, size, stride)`` returns a copy of ``x`` with that layout;
-- ``ao.wait_tensor(x, keepalive)`` frees ``keepalive``'s storage, as PyTorch's does
-  once a transfer is complete, so a graph that read an offloaded value after its offload
-  (or a host copy after its reload) would read freed memory and fail, not pass silently.
+- ``ao.wait_tensor(x, keepalive, last_use_of_storage)`` returns ``x``; it frees
+  ``keepalive``'s storage, as PyTorch's does once a transfer is complete (our graphs pass
+  the source as ``last_use_of_storage`` instead, which only keeps it alive until then:
+  ``recompute_pass.offload_extraction``).
 
 Nothing moves between memories and nothing overlaps: this checks the plan and the
 rewritten graphs (which values, which ops where, gradients), not transfer speed. It is not
