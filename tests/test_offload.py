@@ -16,6 +16,7 @@ from torch import fx, nn
 
 import recompute_pass.partitioner as partitioner
 from benchmarks.models import model_cases
+from cost_model import calibrate
 from recompute_pass import PartitionReport, RecomputeOptions, recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti
 from recompute_pass.costing import resolve_device
@@ -136,7 +137,8 @@ def test_forced_offload_of_every_value_keeps_gradients(
         return costed
 
     monkeypatch.setattr(partitioner, "build_problem", build_problem)
-    without = run_step(build(CASE), case_inputs(CASE), backend=_backend(memory_budget=budget)).reports[0]
+    plain = _backend(memory_budget=budget, offload=False)
+    without = run_step(build(CASE), case_inputs(CASE), backend=plain).reports[0]
     monkeypatch.setattr(partitioner, "decide", decide)
     graphs = _graphs(monkeypatch)
     step = run_step(build(CASE), case_inputs(CASE), backend=_backend(memory_budget=budget))
@@ -147,8 +149,16 @@ def test_forced_offload_of_every_value_keeps_gradients(
     _check_ops_in_place(forward, backward, names)
     (report,) = step.reports
     assert {o.name for o in report.offloaded} and len(report.offloaded) == len(names)
-    if not without.offloaded:
-        assert report.predicted_peak_bytes < without.predicted_peak_bytes
+
+    # The same plan but for the offloads: as backward starts, the offloaded values are off
+    # the device (all of them here; a reload prefetched before the first node would be
+    # back), and the peak is no higher.
+    def boundary(r: PartitionReport) -> int:
+        return next(live for phase, _, live in r.peak_timeline if phase == "backward")
+
+    offloaded = sum(o.bytes for o in report.offloaded)
+    assert boundary(without) - boundary(report) == offloaded
+    assert report.predicted_peak_bytes <= without.predicted_peak_bytes
 
 
 def test_host_cap_is_never_exceeded(eager: object) -> None:
@@ -198,6 +208,11 @@ def test_without_a_host_link_nothing_is_offloaded() -> None:
     step = run_step(build(CASE), case_inputs(CASE), backend=_backend(device="cpu"))
     (report,) = step.reports
     assert not report.offloaded and any("no host link" in note for note in report.notes)
+
+
+def test_calibrate_measures_no_host_link_on_cpu() -> None:
+    profile = calibrate("cpu", size=32, repeats=1, copy_bytes=1 << 16, dtypes=[torch.float32])
+    assert profile.device_to_host_bandwidth is None and not profile.has_host_link
 
 
 def test_options() -> None:
