@@ -42,11 +42,12 @@ from recompute_pass.offload_schedule import node_seconds
 
 def offload_partition(
     partition: Partition, names: Sequence[str], device: DeviceProfile, hints: SizeHints
-) -> tuple[Partition, tuple[Transfer, ...]]:
-    """``partition`` with the saved values ``names`` offloaded; the graphs are copies."""
+) -> Partition:
+    """``partition`` with the saved values ``names`` offloaded (``Partition.offloaded``
+    says how each transfer runs); the graphs are copies."""
     chosen = [n for n in partition.saved if n in set(names)]
     if not chosen:
-        return partition, ()
+        return partition
     assert device.device_to_host_bandwidth is not None and device.host_to_device_bandwidth is not None
     forward = fx.GraphModule(partition.forward, _copy(partition.forward.graph))
     backward = fx.GraphModule(partition.backward, _copy(partition.backward.graph))
@@ -75,7 +76,7 @@ def offload_partition(
         )
         for name in chosen
     )
-    return dataclasses.replace(partition, forward=forward, backward=backward, offloaded=transfers), transfers
+    return dataclasses.replace(partition, forward=forward, backward=backward, offloaded=transfers)
 
 
 def _copy(graph: fx.Graph) -> fx.Graph:

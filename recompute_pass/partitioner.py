@@ -135,7 +135,9 @@ def partition(
         nodes = PlanNodes.of(costed, plan)
         return for_order(offload, costed, schedule.backward_order(set(nodes.saved), set(nodes.recomputed)))
 
-    exact_peak_of = lambda plan: realize_once(plan)[1].peak_bytes  # noqa: E731
+    def exact_peak_of(plan: Plan) -> int:
+        return realize_once(plan)[1].peak_bytes
+
     decision = decide(costed.problem, options, peak_of, exact_peak_of, offload=offload, windows_of=windows_of)
     # Under a process group: every rank's plan is rank 0's (or was equal to it already).
     synced = agree(costed, decision, options)
@@ -179,9 +181,7 @@ def realize(costed: Costed, plan: Plan, *, inductor: bool = False) -> tuple[Part
     result = extract(costed.joint, list(nodes.saved), set(nodes.recomputed), list(nodes.replayed))
     if plan.offloaded:
         names = [costed.joint.candidates[i].node.name for i in sorted(plan.offloaded)]
-        result, _ = offload_partition(
-            result, names, costed.device, SizeHints.from_graph(result.forward.graph)
-        )
+        result = offload_partition(result, names, costed.device, SizeHints.from_graph(result.forward.graph))
     # Read again: replaying a draw can add a symbol (its state's size) after costing.
     hints = SizeHints.from_graph(result.forward.graph)
     args = (result.forward, result.backward)
