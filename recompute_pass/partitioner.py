@@ -138,7 +138,9 @@ def partition(
     def exact_peak_of(plan: Plan) -> int:
         return realize_once(plan)[1].peak_bytes
 
-    decision = decide(costed.problem, options, peak_of, exact_peak_of, offload=offload, windows_of=windows_of)
+    # The offload arguments only with offload: the call is otherwise what it always was.
+    offloading = {"offload": offload, "windows_of": windows_of} if options.offload else {}
+    decision = decide(costed.problem, options, peak_of, exact_peak_of, **offloading)
     # Under a process group: every rank's plan is rank 0's (or was equal to it already).
     synced = agree(costed, decision, options)
     decision = synced.decision
