@@ -19,8 +19,13 @@ import torch
 
 from benchmarks.measure import step_memory
 from benchmarks.models import model_cases
-from recompute_pass import PartitionReport, RecomputeOptions, capture_reports, inductor_memory
-from recompute_pass import recompute_backend
+from recompute_pass import (
+    PartitionReport,
+    RecomputeOptions,
+    capture_reports,
+    inductor_memory,
+    recompute_backend,
+)
 from recompute_pass import torch_internals as ti
 from recompute_pass.partitioner import partition
 from tests.harness import assert_same_step, build, case_inputs, run_step

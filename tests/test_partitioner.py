@@ -49,7 +49,9 @@ def test_budget_extremes_order_the_plans(name: str) -> None:
     case = CASES[name]
     reports = {}
     for budget in (0.0, 1.0):
-        backend = recompute_eager_backend.with_options(memory_budget=budget, budget_mode="saved", fallback=False)
+        backend = recompute_eager_backend.with_options(
+            memory_budget=budget, budget_mode="saved", fallback=False
+        )
         (reports[budget],) = run_step(build(case), case_inputs(case), backend=backend).reports
     assert reports[0.0].saved_bytes == reports[0.0].min_bytes
     assert reports[1.0].saved_bytes == reports[1.0].max_bytes  # the fastest plan's bytes
