@@ -81,6 +81,12 @@ def _resolve(config: Config, done: dict[tuple, Record]) -> Config | str:
     includes Inductor's layout copies, which our partitioner charges too) plus the user
     inputs its graphs save; parameters and buffers excluded.
     """
+    peak_source = SYSTEMS[config.system].peak_from
+    if peak_source is not None:
+        record = done.get(_key(replace(config, system=peak_source, budget_bytes=None)))
+        if record is None or not record.ok or record.peak_bytes is None:
+            return f"no {peak_source} record to take the peak cap from"
+        return replace(config, budget_bytes=record.peak_bytes)
     source = SYSTEMS[config.system].bytes_from
     if source is None:
         return config

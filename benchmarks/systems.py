@@ -37,10 +37,15 @@ class System:
     # system's plan saves (at the same budget, if it is budgeted).
     bytes_from: str | None = None
     budget_mode: str = "saved"  # ours: what the budget ratio spans ("saved" bytes or the "peak")
+    offload: bool = False  # ours: keep, recompute or offload (``RecomputeOptions.offload``)
+    # Ours at an absolute peak cap (``Config.budget_bytes``): the peak this other system's
+    # step measured (``max_memory_allocated`` on CUDA), at the same budget.
+    peak_from: str | None = None
 
     @property
     def by_bytes(self) -> bool:
-        return self.bytes_from is not None
+        """Whether its budget comes from another system's record (so it runs after it)."""
+        return self.bytes_from is not None or self.peak_from is not None
 
     @property
     def ours(self) -> bool:
@@ -52,8 +57,12 @@ class System:
         if not self.ours:
             return BudgetedMinCut(budget if self.pytorch_budget else None)
         # No silent fallback: a failure of ours is reported as an error, not measured as PyTorch's.
-        options = RecomputeOptions(solver=self.solver or "milp", budget_mode=self.budget_mode, fallback=False)
-        if self.by_bytes:
+        options = RecomputeOptions(
+            solver=self.solver or "milp", budget_mode=self.budget_mode, fallback=False, offload=self.offload
+        )
+        if self.peak_from is not None:
+            options = options.replace(peak_memory_bytes=budget_bytes)
+        elif self.by_bytes:
             options = options.replace(memory_budget_bytes=budget_bytes)
         elif budget is not None:
             options = options.replace(memory_budget=budget)
@@ -70,6 +79,26 @@ SYSTEMS: dict[str, System] = {
         System("recompute", "recompute (milp)", "compiled", True, solver="milp"),
         System("recompute_peak", "recompute (peak budget)", "compiled", True, "milp", budget_mode="peak"),
         System("recompute_mincut", "recompute (mincut)", "compiled", True, solver="mincut"),
+        # Offload (GPU): recompute+offload at each peak budget, and recompute only at the
+        # peak the offload plan measured, the comparison at equal peak.
+        System(
+            "recompute_offload",
+            "recompute + offload (peak budget)",
+            "compiled",
+            True,
+            "milp",
+            budget_mode="peak",
+            offload=True,
+        ),
+        System(
+            "recompute_peak_at_offload",
+            "recompute (peak) @ offload's peak",
+            "compiled",
+            True,
+            "milp",
+            budget_mode="peak",
+            peak_from="recompute_offload",
+        ),
         System("recompute_no_recompute", "recompute: no_recompute", "compiled", False, solver="no_recompute"),
         System(
             "recompute_recompute_all", "recompute: recompute_all", "compiled", False, solver="recompute_all"
@@ -94,7 +123,11 @@ SYSTEMS: dict[str, System] = {
         ),
     )
 }
-DEFAULT_SYSTEMS = tuple(name for name in SYSTEMS if name != "recompute_mincut")
+# Offload needs a host link (a GPU profile); it is asked for by name (README, "Offload").
+OFFLOAD_SYSTEMS = ("recompute_offload", "recompute_peak_at_offload")
+DEFAULT_SYSTEMS = tuple(
+    name for name in SYSTEMS if name != "recompute_mincut" and name not in OFFLOAD_SYSTEMS
+)
 QUICK_SYSTEMS = tuple(
     name for name in DEFAULT_SYSTEMS if name not in ("recompute_no_recompute", "recompute_recompute_all")
 )

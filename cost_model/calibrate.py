@@ -5,7 +5,11 @@ Three microbenchmarks, best of ``repeats`` timed runs after one warm-up:
   fp32 is measured under the current ``float32_matmul_precision``, so a TF32-enabled
   process gets its TF32 rate as the fp32 rate;
 - copy bandwidth: ``dst.copy_(src)`` of a large buffer, counting read + write bytes;
-- kernel overhead: the mean time of a tiny ``add`` (launch + dispatch).
+- kernel overhead: the mean time of a tiny ``add`` (launch + dispatch);
+- on CUDA, the host link per direction (what offloading an activation moves over):
+  ``copy_(non_blocking=True)`` between a device buffer and a pinned host buffer, one way
+  each (``device_to_host_bandwidth``, ``host_to_device_bandwidth``). Skipped on CPU,
+  which has no separate host tier.
 
 On CPU the defaults (512^2 GEMMs, 32 MiB copies, fp32 and bf16) take well under 2 s;
 fp16 GEMMs are skipped on CPU because most CPUs emulate them slowly.
@@ -58,8 +62,24 @@ def calibrate(
         raise RuntimeError(f"calibrate: no GEMM dtype could be measured on {dev}")
     bandwidth = _copy_bandwidth(dev, copy_bytes, repeats, sync)
     overhead = _launch_overhead(dev, sync)
-    logger.info("calibrate %s: peak %s FLOP/s, %.3g B/s, %.3g s/kernel", dev, peak, bandwidth, overhead)
-    return DeviceProfile(f"calibrated-{dev}", peak, bandwidth, overhead)
+    d2h, h2d = _host_link(dev, copy_bytes, repeats, sync) if dev.type == "cuda" else (None, None)
+    logger.info(
+        "calibrate %s: peak %s FLOP/s, %.3g B/s, %.3g s/kernel, host link D2H %s H2D %s B/s",
+        dev,
+        peak,
+        bandwidth,
+        overhead,
+        d2h,
+        h2d,
+    )
+    return DeviceProfile(
+        f"calibrated-{dev}",
+        peak,
+        bandwidth,
+        overhead,
+        device_to_host_bandwidth=d2h,
+        host_to_device_bandwidth=h2d,
+    )
 
 
 def synchronizer(dev: torch.device) -> Callable[[], None]:
@@ -115,3 +135,14 @@ def _launch_overhead(dev: torch.device, sync: Callable[[], None], iterations: in
         torch.add(x, 1, out=out)
     sync()
     return max((time.perf_counter() - start) / iterations, 1e-9)
+
+
+def _host_link(dev: torch.device, nbytes: int, repeats: int, sync: Callable[[], None]) -> tuple[float, float]:
+    """Bytes/s device -> pinned host and pinned host -> device (one way each): the rates
+    ``torch.ops.ao.offload`` / ``ao.reload`` copy at, on their own stream."""
+    numel = max(nbytes // 4, 1)
+    device_buffer = torch.ones(numel, device=dev, dtype=torch.float32)
+    host_buffer = torch.empty(numel, dtype=torch.float32, pin_memory=True)
+    d2h = _best_time(lambda: host_buffer.copy_(device_buffer, non_blocking=True), repeats, sync)
+    h2d = _best_time(lambda: device_buffer.copy_(host_buffer, non_blocking=True), repeats, sync)
+    return numel * 4 / d2h, numel * 4 / h2d

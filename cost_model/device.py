@@ -12,6 +12,25 @@ a100       312 T       156 T       19.5 T    624 T i8  2.039 TB/s   600 GB/s
 
 (H100/H200: SXM parts; A100: SXM 80GB. fp64 uses the FP64 tensor-core rate.)
 
+Host link (``device_to_host_bandwidth`` / ``host_to_device_bandwidth``, bytes/s, what an
+activation offloaded to host memory moves over; ``None``: no link, nothing is offloaded):
+
+=========  ==========  ==========  ============================================
+profile    D2H         H2D         source
+=========  ==========  ==========  ============================================
+h100       55 GB/s     55 GB/s     PCIe gen5 x16, measured pinned copies (~55 of
+                                   64 GB/s raw; NVIDIA H100 data sheet, PCIe gen5)
+h200       55 GB/s     55 GB/s     same host interface as the H100 (PCIe gen5)
+gh200      295 GB/s    342 GB/s    NVLink-C2C, measured (NVIDIA GH200 Grace Hopper
+                                   Superchip Architecture whitepaper: 900 GB/s raw;
+                                   measured D2H ~295, H2D ~342 GB/s by
+                                   ``cudaMemcpyAsync`` of pinned buffers)
+a100       25 GB/s     25 GB/s     PCIe gen4 x16, measured (~25 of 32 GB/s raw)
+cpu        None        None        no separate host tier
+=========  ==========  ==========  ============================================
+
+``calibrate("cuda")`` measures both directions with pinned host buffers.
+
 TF32: an fp32 GEMM runs at the TF32 rate only if the user allowed it
 (``torch.backends.cuda.matmul.allow_tf32`` / ``set_float32_matmul_precision("high")``);
 PyTorch's default is "highest", i.e. true fp32. So profiles default to ``use_tf32=False``
@@ -50,6 +69,9 @@ class DeviceProfile:
     use_tf32: bool = False
     vector_flops: float | None = None  # FLOP/s of non-matrix work; None: the fp32 rate
     interconnect_bandwidth: float | None = None  # bytes/s for collectives; None: memory_bandwidth
+    # The host link, per direction (bytes/s): what offloading an activation costs; None: no link.
+    device_to_host_bandwidth: float | None = None
+    host_to_device_bandwidth: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -62,7 +84,14 @@ class DeviceProfile:
             _check_rate(self.name, f"peak_flops[{dtype}]", rate)
         _check_rate(self.name, "memory_bandwidth", self.memory_bandwidth)
         _check_rate(self.name, "kernel_overhead", self.kernel_overhead, allow_zero=True)
-        for field in ("tf32_flops", "vector_flops", "interconnect_bandwidth"):
+        rates_or_none = (
+            "tf32_flops",
+            "vector_flops",
+            "interconnect_bandwidth",
+            "device_to_host_bandwidth",
+            "host_to_device_bandwidth",
+        )
+        for field in rates_or_none:
             if getattr(self, field) is not None:
                 _check_rate(self.name, field, getattr(self, field))
         frozen = MappingProxyType({d: float(r) for d, r in self.peak_flops.items()})
@@ -88,6 +117,11 @@ class DeviceProfile:
         """Bytes/s for collectives."""
         return self.interconnect_bandwidth or self.memory_bandwidth
 
+    @property
+    def has_host_link(self) -> bool:
+        """Whether activations can be offloaded to host memory (both directions known)."""
+        return self.device_to_host_bandwidth is not None and self.host_to_device_bandwidth is not None
+
     def with_tf32(self, enabled: bool = True) -> DeviceProfile:
         """This profile with fp32 GEMMs at the TF32 rate (or not)."""
         return dataclasses.replace(self, use_tf32=enabled)
@@ -105,12 +139,20 @@ class DeviceProfile:
                 self.use_tf32,
                 self.vector_flops,
                 self.interconnect_bandwidth,
+                self.device_to_host_bandwidth,
+                self.host_to_device_bandwidth,
             )
         )
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def __hash__(self) -> int:
         return hash(self.fingerprint())
+
+    def __deepcopy__(self, memo: dict[int, object]) -> DeviceProfile:
+        # Immutable, so a copy is itself. Inductor deep-copies its config (our partitioner,
+        # its options and their profile among it) for every compile's repro string, and
+        # the read-only ``peak_flops`` mapping cannot be copied.
+        return self
 
     def _fp32_rate(self) -> float:
         return self.peak_flops.get(torch.float32) or min(self.peak_flops.values())
@@ -134,6 +176,7 @@ def _nvidia(
     int8: float,
     bandwidth: float,
     nvlink: float,
+    host_link: tuple[float, float],
 ) -> DeviceProfile:
     rates = {
         torch.bfloat16: half,
@@ -145,7 +188,15 @@ def _nvidia(
     if fp8 is not None:
         rates.update({torch.float8_e4m3fn: fp8, torch.float8_e5m2: fp8})
     return DeviceProfile(
-        name, rates, bandwidth, 5e-6, tf32_flops=tf32, vector_flops=fp32, interconnect_bandwidth=nvlink
+        name,
+        rates,
+        bandwidth,
+        5e-6,
+        tf32_flops=tf32,
+        vector_flops=fp32,
+        interconnect_bandwidth=nvlink,
+        device_to_host_bandwidth=host_link[0],
+        host_to_device_bandwidth=host_link[1],
     )
 
 
@@ -159,6 +210,7 @@ _H100 = _nvidia(
     int8=1978.9e12,
     bandwidth=3.35e12,
     nvlink=900e9,
+    host_link=(55e9, 55e9),  # PCIe gen5 x16, measured
 )
 
 PROFILES: Mapping[str, DeviceProfile] = MappingProxyType(
@@ -166,6 +218,15 @@ PROFILES: Mapping[str, DeviceProfile] = MappingProxyType(
         "h100": _H100,
         # The H200 is an H100 die with more, faster HBM: same compute, more bandwidth.
         "h200": dataclasses.replace(_H100, name="h200", memory_bandwidth=4.8e12),
+        # Grace Hopper: an H200-class GPU (96 GB HBM3 at 4 TB/s) whose host link is
+        # NVLink-C2C, measured 295 GB/s D2H and 342 GB/s H2D (see the table above).
+        "gh200": dataclasses.replace(
+            _H100,
+            name="gh200",
+            memory_bandwidth=4.0e12,
+            device_to_host_bandwidth=295e9,
+            host_to_device_bandwidth=342e9,
+        ),
         "a100": _nvidia(
             "a100",
             half=312e12,
@@ -176,6 +237,7 @@ PROFILES: Mapping[str, DeviceProfile] = MappingProxyType(
             int8=624e12,
             bandwidth=2.039e12,
             nvlink=600e9,
+            host_link=(25e9, 25e9),  # PCIe gen4 x16, measured
         ),
         "cpu": DeviceProfile(
             "cpu",

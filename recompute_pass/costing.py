@@ -44,7 +44,8 @@ from recompute_pass.problem import Item, Problem
 log = logging.getLogger(__name__)
 
 FUSIBLE = frozenset({OpKind.VIEW, OpKind.POINTWISE, OpKind.NONE})
-_GPU_PROFILES = ("h200", "h100", "a100")  # matched against the device name, first wins
+# Matched against the device name, first wins: "gh200" before "h200", which it contains.
+_GPU_PROFILES = ("gh200", "h200", "h100", "a100")
 _DEFAULT_GPU_PROFILE = "h100"
 
 

@@ -16,6 +16,7 @@ from torch.utils.checkpoint import CheckpointPolicy
 
 from recompute_pass import torch_internals as ti
 from recompute_pass.joint_graph import JointGraph
+from recompute_pass.offload import Transfer
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class Partition:
     saved: tuple[str, ...]  # node names, in forward output order (tensors then SymInts)
     recomputed: tuple[str, ...]  # forward node names the backward graph recomputes
     replayed: tuple[str, ...]  # recomputed random draws, replayed from saved generator state
+    offloaded: tuple[Transfer, ...] = ()  # saved values held in host memory (``offload_extraction``)
 
 
 def extract(

@@ -35,6 +35,11 @@ from torch import fx
 from cost_model import OpKind, SizeHints, classify, tensor_bytes, tensor_workspace_bytes
 from recompute_pass import torch_internals as ti
 
+# Results held in host memory, not on the device: an offloaded value's copy
+# (``recompute_pass.offload``) is off the device from its offload's wait, which frees the
+# device copy, to its reload, which allocates a new one.
+OFF_DEVICE_OPS = frozenset({ti.ao_offload})
+
 
 @dataclass(frozen=True)
 class PeakEstimate:
@@ -68,7 +73,8 @@ class NodeFacts:
         """Bytes of ``value``, a result of ``node`` held by ``owner``."""
         size = self._bytes.get((node, owner))
         if size is None:
-            size = self._bytes[(node, owner)] = self.hints.evaluate(tensor_bytes(value))
+            off_device = node.target in OFF_DEVICE_OPS
+            size = self._bytes[(node, owner)] = 0 if off_device else self.hints.evaluate(tensor_bytes(value))
         return size
 
     def workspace(self, node: fx.Node) -> int:

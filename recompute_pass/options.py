@@ -67,6 +67,13 @@ class RecomputeOptions:
         Under ``dynamic=True`` the plan then fits the size it was made for, whatever size
         the first call traced (``recompute_pass.fit_longest`` sets it). Stored as sorted
         ``(name, size)`` pairs: one spelling, one cache key.
+    offload: a third choice per saved value, besides keep and recompute: offload it to
+        host memory after its last forward use and reload it before its first backward
+        use, where the device profile's host link hides the transfer in compute
+        (``recompute_pass.offload``). Needs a peak budget and solver ``milp`` (exact, joint
+        MILP) or ``mincut`` (greedy). Off by default: unmeasured on a GPU so far.
+    offload_host_bytes: with ``offload``, a cap on the host bytes offloaded values hold
+        (None: no cap).
     """
 
     memory_budget: float = 1.0
@@ -82,6 +89,8 @@ class RecomputeOptions:
     profile_time_limit: float = 10.0
     profile_cache_dir: str | None = None
     plan_sizes: tuple[tuple[str, int], ...] | None = None
+    offload: bool = False
+    offload_host_bytes: int | None = None
 
     def __post_init__(self) -> None:
         budget = self.memory_budget
@@ -90,7 +99,7 @@ class RecomputeOptions:
         if math.isnan(budget) or not 0.0 <= budget <= 1.0:
             raise _fail("memory_budget", budget, "a number in [0, 1]")
         object.__setattr__(self, "memory_budget", float(budget))
-        for name in ("memory_budget_bytes", "peak_memory_bytes"):
+        for name in ("memory_budget_bytes", "peak_memory_bytes", "offload_host_bytes"):
             cap = getattr(self, name)
             integral = isinstance(cap, numbers.Integral) and not isinstance(cap, bool)
             if cap is not None and (not integral or cap < 0):
@@ -116,6 +125,7 @@ class RecomputeOptions:
             raise _fail("fallback", self.fallback, "True or False")
         if not isinstance(self.sync_plans, bool):
             raise _fail("sync_plans", self.sync_plans, "True or False")
+        self._check_offload()
         limit = self.profile_time_limit
         if isinstance(limit, bool) or not isinstance(limit, numbers.Real) or not 0 <= limit < math.inf:
             raise _fail("profile_time_limit", limit, "a finite number of seconds >= 0")
@@ -132,6 +142,16 @@ class RecomputeOptions:
     def plan_size_map(self) -> dict[str, int]:
         """``plan_sizes`` as a dict (empty when unset)."""
         return dict(self.plan_sizes or ())
+
+    def _check_offload(self) -> None:
+        if not isinstance(self.offload, bool):
+            raise _fail("offload", self.offload, "True or False")
+        if not self.offload:
+            return
+        if not self.budgets_peak:
+            raise _fail("offload", True, "False unless the budget is over the peak (budget_mode='peak')")
+        if self.solver not in ("milp", "mincut"):
+            raise _fail("offload", True, f"False with solver={self.solver!r} (offload needs milp or mincut)")
 
     @property
     def budgets_peak(self) -> bool:

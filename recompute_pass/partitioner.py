@@ -21,6 +21,10 @@ from recompute_pass.costing import Costed, build_problem, measure, resolve_devic
 from recompute_pass.extraction import Partition, extract
 from recompute_pass.joint_graph import RegionBudgetError, analyze, prepare
 from recompute_pass.liveness import PeakEstimate
+from recompute_pass.offload import OffloadProblem
+from recompute_pass.offload_extraction import offload_partition
+from recompute_pass.offload_peak import with_offload
+from recompute_pass.offload_schedule import for_order, windows
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.peak_milp import PeakSolver
 from recompute_pass.plan_peak import JointSchedule
@@ -93,6 +97,7 @@ def partition(
             memory_budget_bytes=None,
             peak_memory_bytes=None,
             budget_mode="saved",
+            offload=False,  # a saved-bytes budget: offload needs a peak budget
         )
     measured = None
     if options.device == "measure":
@@ -104,15 +109,24 @@ def partition(
     costed = build_problem(joint, device, measured, hints)
     # Only a peak budget scores many plans; the saved-bytes path needs no schedule.
     schedule = JointSchedule.of(joint, costed.hints) if options.budgets_peak else None
+    # Offload: the windows of each value that may be offloaded (None: no host link).
+    offload = windows(costed, options.offload_host_bytes) if options.offload else None
+    graph_nodes = {n.name: n for n in joint.module.graph.nodes} if offload is not None else {}
 
     def peak_of(plan: Plan) -> int:
         assert schedule is not None
         nodes = PlanNodes.of(costed, plan)
         states = nodes.state_bytes(costed)
-        return schedule.peak(set(nodes.saved), nodes.recomputed, states).peak_bytes
+        estimate = schedule.peak(set(nodes.saved), nodes.recomputed, states)
+        if plan.offloaded:
+            off = {joint.candidates[i].node: costed.problem.items[i].size for i in plan.offloaded}
+            estimate = with_offload(estimate, off, graph_nodes, costed.device, costed.hints)
+        return estimate.peak_bytes
 
     realized: dict[Plan, tuple[Partition, PeakEstimate]] = {}
-    inductor = compiler == "inductor" and options.peak_model == "auto"
+    # Inductor's memory model does not know the offload ops: with offload, every plan's
+    # peak comes from the graphs, so that plans with and without offload compare alike.
+    inductor = compiler == "inductor" and options.peak_model == "auto" and not options.offload
 
     def realize_once(plan: Plan) -> tuple[Partition, PeakEstimate]:
         if plan not in realized:
@@ -126,10 +140,17 @@ def partition(
         solver = PeakSolver.of(costed, schedule, time_limit=options.time_limit)
         return [] if solver is None else solver.plans(caps, deadline)
 
+    def windows_of(plan: Plan) -> OffloadProblem:
+        assert schedule is not None and offload is not None
+        nodes = PlanNodes.of(costed, plan)
+        return for_order(offload, costed, schedule.backward_order(set(nodes.saved), set(nodes.recomputed)))
+
     def exact_peak_of(plan: Plan) -> int:
         return realize_once(plan)[1].peak_bytes
 
-    decision = decide(costed.problem, options, peak_of, exact_peak_of, peak_optimum)
+    # The offload arguments only with offload: the call is otherwise what it always was.
+    offloading = {"offload": offload, "windows_of": windows_of} if options.offload else {}
+    decision = decide(costed.problem, options, peak_of, exact_peak_of, peak_optimum, **offloading)
     # Under a process group: every rank's plan is rank 0's (or was equal to it already).
     synced = agree(costed, decision, options)
     decision = synced.decision
@@ -175,6 +196,9 @@ def realize(
     result = extract(costed.joint, list(nodes.saved), set(nodes.recomputed), list(nodes.replayed))
     # Read again: replaying a draw can add a symbol (its state's size) after costing.
     hints = planned_hints(result.forward.graph, plan_sizes or {})
+    if plan.offloaded:
+        names = [costed.joint.candidates[i].node.name for i in sorted(plan.offloaded)]
+        result = offload_partition(result, names, costed.device, hints)
     args = (result.forward, result.backward)
     users = costed.joint.num_fwd_outputs
     if inductor:

@@ -75,15 +75,17 @@ def choose_by_peak(
     cap: int | None,
     deadline: float,
     peak_optimum: Callable[[Sequence[int], float], list[Plan]] | None = None,
+    extra: Sequence[Plan] = (),
 ) -> PeakChoice:
     """``frontier``: the saved-bytes hull, fewest bytes first, the fastest plan last.
     ``ratio`` or ``cap`` (bytes) sets the budget. ``peak_of`` estimates a plan's peak
     quickly (the graph walk on the joint graph); ``exact_peak_of`` is what the report will
     say (the extracted graphs walked, or Inductor's memory plan), checked for the ends of
     the range and for the choice, a handful of plans. ``peak_optimum`` (``peak_milp``, on
-    small graphs) adds the cheapest plans at the lowest estimated peak and at the budget."""
+    small graphs) adds the cheapest plans at the lowest estimated peak and at the budget.
+    ``extra``: more plans for the family (plans that offload values, ``offload_search``)."""
     fastest = frontier[-1]
-    candidates = list(dict.fromkeys([fastest, *reversed(frontier[:-1]), *segment_plans(problem)]))
+    candidates = list(dict.fromkeys([fastest, *reversed(frontier[:-1]), *segment_plans(problem), *extra]))
     scored: dict[Plan, tuple[int, float]] = {}
     notes: list[str] = []
     for plan in candidates:  # the fastest plan first: the budget's upper end

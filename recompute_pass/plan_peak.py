@@ -68,12 +68,17 @@ class JointSchedule:
         walk.run("forward", self._sorted(forward), saved | self.user_outputs, extra=states)
         for tangent in self.tangents:  # autograd's incoming gradients
             walk.allocate(tangent, tangent.name, tangent.meta.get("val"))
-        # What backward computes: its own nodes but the saved ones, and the recomputed ones,
-        # as far as the gradients need them (extraction's dead-code elimination).
-        members = (self.backward - saved) | recomputed
-        needed = self._closure(self.gradients, lambda n: n in members)
-        walk.run("backward", self._backward_order(needed), set(self.gradients), releases=states.keys())
+        walk.run(
+            "backward", self.backward_order(saved, recomputed), set(self.gradients), releases=states.keys()
+        )
         return walk.estimate()
+
+    def backward_order(self, saved: set[fx.Node], recomputed: set[fx.Node]) -> list[fx.Node]:
+        """What backward computes, in the order it runs: its own nodes but the saved ones,
+        and the recomputed ones, as far as the gradients need them (extraction's
+        dead-code elimination)."""
+        members = (self.backward - saved) | recomputed
+        return self._backward_order(self._closure(self.gradients, lambda n: n in members))
 
     def _sorted(self, nodes: Iterable[fx.Node]) -> list[fx.Node]:
         return sorted(nodes, key=self.order.__getitem__)

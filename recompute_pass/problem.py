@@ -146,9 +146,16 @@ class Problem:
 class Plan:
     saved: frozenset[int]
     recomputed: frozenset[int]
+    # Saved items held in host memory between forward and backward (``recompute_pass.offload``):
+    # off the device between their offload and their reload; a subset of ``saved``.
+    offloaded: frozenset[int] = frozenset()
 
     def size(self, problem: Problem) -> int:
         return sum(problem.items[i].size for i in self.saved)
+
+    def device_size(self, problem: Problem) -> int:
+        """Saved bytes that stay on the device: the saved ones but those offloaded."""
+        return sum(problem.items[i].size for i in self.saved - self.offloaded)
 
     def cost(self, problem: Problem) -> float:
         items = problem.items
@@ -165,6 +172,9 @@ class Plan:
         for i in sorted(self.saved):
             if not items[i].can_save:
                 problems.append(f"{items[i].name} may not be saved")
+        problems += [
+            f"{items[i].name} is offloaded but not saved" for i in sorted(self.offloaded - self.saved)
+        ]
         available = self.saved | self.recomputed
         for i in sorted(self.recomputed):
             if not items[i].can_recompute:
@@ -180,4 +190,4 @@ class Plan:
     def pruned(self, problem: Problem) -> Plan:
         """Drop saved/recomputed items that nothing needed depends on (zero-cost ties)."""
         keep = problem.reach(through=self.recomputed)
-        return Plan(self.saved & keep, self.recomputed & keep)
+        return Plan(self.saved & keep, self.recomputed & keep, self.offloaded & keep)

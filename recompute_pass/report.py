@@ -54,6 +54,20 @@ class RecomputedValue:
 
 
 @dataclass(frozen=True)
+class OffloadedValue:
+    """A saved value held in host memory between forward and backward (``offload``)."""
+
+    name: str
+    shape: str
+    dtype: str
+    bytes: int
+    d2h_seconds: float  # estimated copy out, at the profile's device-to-host bandwidth
+    h2d_seconds: float  # estimated copy back
+    hidden_seconds: float  # of the two, predicted to run beside compute
+    exposed_seconds: float  # predicted to run past the compute window (the step waits)
+
+
+@dataclass(frozen=True)
 class PartitionReport:
     """What one partition decided. The byte, FLOP and time fields are None only in a
     fallback report (``fallback`` set): PyTorch's partitioner decided, and we know none of them."""
@@ -98,6 +112,10 @@ class PartitionReport:
     # activations of its local batch (sharded or all-gathered parameters are static inputs).
     rank: int = 0
     world_size: int = 1
+    # With ``offload``: the values held in host memory, and the three-way trade-off the
+    # peak search saw: (predicted peak, estimated overhead, offloaded bytes) Pareto points.
+    offloaded: tuple[OffloadedValue, ...] = ()
+    offload_frontier: tuple[tuple[int, float, int], ...] = ()
 
     @property
     def budgeted_bytes(self) -> int | None:
@@ -122,6 +140,7 @@ class PartitionReport:
             f"recompute {_fmt_count(self.recompute_flops)} FLOP"
             f" ~{_fmt_seconds(self.estimated_recompute_time)}, "
             f"{self.solver}{' optimal' if self.optimal else ''} in {self.solve_seconds:.3f}s"
+            + (f", offloaded {_fmt_bytes(sum(o.bytes for o in self.offloaded))}" if self.offloaded else "")
             + (f", rank {self.rank} of {self.world_size}" if self.world_size > 1 else "")
         )
 
@@ -142,6 +161,13 @@ class PartitionReport:
             f"predicted peak: {_fmt_count(self.predicted_peak_bytes)} B"
             f" ({self.peak_at}; {self.peak_model} model)",
         ]
+        if self.offloaded:
+            hidden = sum(o.hidden_seconds for o in self.offloaded)
+            exposed = sum(o.exposed_seconds for o in self.offloaded)
+            lines.append(
+                f"offloaded: {_fmt_count(sum(o.bytes for o in self.offloaded))} B in {len(self.offloaded)}"
+                f" values, transfers est. {_fmt_seconds(hidden)} hidden, {_fmt_seconds(exposed)} exposed"
+            )
         lines += [f"note: {n}" for n in self.notes]
         if self.frontier:
             lines.append("frontier (what other budgets buy):")
@@ -149,6 +175,31 @@ class PartitionReport:
                 ("peak bytes" if self.budget_kind == "peak" else "saved bytes", "est. overhead"),
                 [(f"{size:,}", _fmt_seconds(cost)) for size, cost in self.frontier],
                 numeric=2,
+            )
+        if self.offload_frontier:
+            lines.append("frontier with offload (peak, overhead, offloaded):")
+            lines += _table(
+                ("peak bytes", "est. overhead", "offloaded bytes"),
+                [(f"{p:,}", _fmt_seconds(c), f"{o:,}") for p, c, o in self.offload_frontier],
+                numeric=3,
+            )
+        if self.offloaded:
+            lines.append("offloaded to host:")
+            lines += _table(
+                ("name", "shape", "dtype", "bytes", "d2h", "h2d", "exposed"),
+                [
+                    (
+                        o.name,
+                        o.shape,
+                        o.dtype,
+                        f"{o.bytes:,}",
+                        _fmt_seconds(o.d2h_seconds),
+                        _fmt_seconds(o.h2d_seconds),
+                        _fmt_seconds(o.exposed_seconds),
+                    )
+                    for o in self.offloaded
+                ],
+                numeric=4,
             )
         activations = [s for s in self.saved if not s.static]
         if activations:
@@ -313,6 +364,24 @@ def build_report(
         kind = costed.costs[index[name]].kind
         recomputed.append(RecomputedValue(names[node], op_name(node), kind, shape, costed.flops[index[name]]))
     recomputed_items = [index[name] for name in partition.recomputed]
+    offloaded = []
+    for transfer in partition.offloaded:
+        node = nodes[transfer.name]
+        shape, dtype = describe_shape(node.meta.get("val"))
+        both = transfer.d2h_seconds + transfer.h2d_seconds
+        exposed = min(transfer.exposed_seconds, both)
+        offloaded.append(
+            OffloadedValue(
+                names[node],
+                shape,
+                dtype,
+                transfer.bytes,
+                transfer.d2h_seconds,
+                transfer.h2d_seconds,
+                both - exposed,
+                exposed,
+            )
+        )
     return PartitionReport(
         budget_ratio=decision.budget_ratio,
         budget_bytes=decision.budget_bytes,
@@ -336,4 +405,6 @@ def build_report(
         peak_at=f"{peak.peak_phase}: {by_name.get(peak.peak_node, peak.peak_node)}",
         peak_model=peak.model,
         peak_timeline=tuple((phase, by_name.get(node, node), live) for phase, node, live in peak.timeline),
+        offloaded=tuple(offloaded),
+        offload_frontier=decision.offload_frontier,
     )

@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from recompute_pass.frontier import Relaxation, hull
+from recompute_pass.offload import OffloadProblem
+from recompute_pass.offload_search import OffloadSearch
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.peak_budget import choose_by_peak
 from recompute_pass.problem import Plan, Problem
@@ -41,6 +43,9 @@ class Decision:
     # and ``peak_frontier`` holds the (peak, estimated overhead) trade-off.
     budget_kind: str = "saved"
     peak_frontier: tuple[tuple[int, float], ...] = ()
+    # With offload: (peak, estimated overhead, offloaded bytes) Pareto points, the
+    # three-way trade-off (``offload_search``).
+    offload_frontier: tuple[tuple[int, float, int], ...] = ()
 
 
 def decide(
@@ -49,10 +54,15 @@ def decide(
     peak_of: Callable[[Plan], int] | None = None,
     exact_peak_of: Callable[[Plan], int] | None = None,
     peak_optimum: Callable[[Sequence[int], float], list[Plan]] | None = None,
+    *,
+    offload: OffloadProblem | None = None,
+    windows_of: Callable[[Plan], OffloadProblem] | None = None,
 ) -> Decision:
     """``peak_of``/``exact_peak_of``: a plan's predicted peak, estimated fast / as its
     extracted graphs give it; needed when the budget is over the peak. ``peak_optimum``:
-    the cheapest plans at given estimated peaks (``peak_milp``), where the graph is small."""
+    the cheapest plans at given estimated peaks (``peak_milp``), where the graph is small.
+    ``offload``: the offload windows, when ``options.offload`` and the device has a host
+    link; ``windows_of``, one plan's own (its backward order), for the fast path."""
     start = time.perf_counter()
     deadline = time.monotonic() + options.time_limit
     relaxation = Relaxation.of(problem)
@@ -61,6 +71,11 @@ def decide(
     if options.budgets_peak and options.solver in ("milp", "mincut"):
         if peak_of is None or exact_peak_of is None:
             raise ValueError("a peak budget needs the plans' predicted peaks (peak_of, exact_peak_of)")
+        search = None
+        if options.offload:
+            search = OffloadSearch.of(problem, frontier, offload, options, deadline, windows_of)
+        if search is not None:
+            peak_of, exact_peak_of = search.recording(peak_of, exact_peak_of)
         choice = choose_by_peak(
             problem,
             frontier,
@@ -70,12 +85,13 @@ def decide(
             cap=options.peak_memory_bytes,
             deadline=deadline,
             peak_optimum=peak_optimum,
+            extra=search.plans if search is not None else (),
         )
         return Decision(
             plan=choice.plan,
-            solver="peak",
+            solver="peak" if search is None else "peak+offload",
             optimal=False,
-            notes=choice.notes,
+            notes=choice.notes if search is None else (*choice.notes, *search.notes),
             budget_ratio=None if options.peak_memory_bytes is not None else options.memory_budget,
             budget_bytes=choice.cap,
             min_bytes=choice.min_peak,
@@ -84,6 +100,7 @@ def decide(
             frontier=frontier,
             budget_kind="peak",
             peak_frontier=choice.frontier,
+            offload_frontier=search.frontier(problem) if search is not None else (),
         )
     low, high = frontier[0].size(problem), frontier[-1].size(problem)
     notes: list[str] = []

@@ -20,6 +20,12 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.backends.debugging import get_nop_func
 from torch._dynamo.source import LocalSource, TensorProperty, TensorPropertySource
 from torch._functorch import config as functorch_config
+
+# Importing it registers the ``ao`` offload ops (``ao.offload``, ``ao.reload``, ``ao.wait_tensor``).
+from torch._functorch._activation_offloading.activation_offloading import (
+    offload_chosen_sets_async as _offload_chosen_sets_async,
+)
+from torch._functorch._activation_offloading.offload_ops import pinned_memory_pool
 from torch._functorch._aot_autograd.descriptors import (
     PlainAOTInput,
     SubclassGetAttrAOTInput,
@@ -81,6 +87,11 @@ from torch.fx.traceback import _get_memory_budget_annotation
 from torch.utils._mode_utils import no_dispatch
 
 __all__ = [
+    "ao_offload",
+    "ao_reload",
+    "ao_wait_tensor",
+    "insert_offload_ops",
+    "pinned_memory_pool",
     "CPP_MAX_KERNEL_GROUP_ARGS",
     "CustomPartitionerFn",
     "HigherOrderOperator",
@@ -149,6 +160,25 @@ must_be_in_backward = _must_be_in_backward
 extract_fwd_bwd_modules = _extract_fwd_bwd_modules
 extract_fwd_bwd_outputs = _extract_fwd_bwd_outputs
 region_memory_budget = _get_memory_budget_annotation
+# PyTorch 2.13's activation-offload ops (one transfer stream, a pinned host pool): the
+# forward emits ``ao.offload`` + ``ao.wait_tensor``, the backward ``ao.reload`` + ``ao.wait_tensor``.
+ao_offload = torch.ops.ao.offload.default
+ao_reload = torch.ops.ao.reload.default
+ao_wait_tensor = torch.ops.ao.wait_tensor.default
+
+
+def insert_offload_ops(forward: fx.GraphModule, backward: fx.GraphModule, names: Sequence[str]) -> None:
+    """PyTorch's pass: each forward output named in ``names`` (a saved tensor) is offloaded
+    after its last forward use, and reloaded before its first backward use (both graphs
+    edited in place). It reads the ``saved_for_offloading`` mark on the forward's nodes."""
+    chosen = set(names)
+    (output,) = forward.graph.find_nodes(op="output")
+    for node in output.args[0]:
+        if isinstance(node, fx.Node) and node.name in chosen:
+            node.meta["saved_for_offloading"] = True
+    _offload_chosen_sets_async(forward, backward)
+
+
 """The budget ``torch.autograd.graph.region_activation_memory_budget`` put on a node, or None."""
 
 # Devices whose generator ``run_and_save_rng_state``/``run_with_rng_state`` save and restore.

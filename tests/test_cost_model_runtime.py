@@ -113,7 +113,7 @@ def test_collective_uses_interconnect() -> None:
 
 
 def test_shipped_profiles_are_data_sheet_numbers() -> None:
-    assert set(PROFILES) == {"h100", "h200", "a100", "cpu"}
+    assert set(PROFILES) == {"h100", "h200", "gh200", "a100", "cpu"}
     h100, h200, a100 = PROFILES["h100"], PROFILES["h200"], PROFILES["a100"]
     for p in (h100, h200):
         assert p.peak_flops[torch.bfloat16] == p.peak_flops[torch.float16] == 989.4e12
@@ -125,6 +125,11 @@ def test_shipped_profiles_are_data_sheet_numbers() -> None:
     cpu = PROFILES["cpu"]
     assert 0 < cpu.peak_flops[torch.float32] < a100.peak_flops[torch.float32]
     assert cpu.memory_bandwidth < a100.memory_bandwidth
+    # Host links (offload): PCIe gen5 on H100/H200, NVLink-C2C on GH200, none on the CPU.
+    assert h100.device_to_host_bandwidth == h200.host_to_device_bandwidth == 55e9
+    gh200 = PROFILES["gh200"]
+    assert (gh200.device_to_host_bandwidth, gh200.host_to_device_bandwidth) == (295e9, 342e9)
+    assert gh200.peak_flops == h100.peak_flops and not cpu.has_host_link
 
 
 def test_get_profile_errors_and_user_profiles() -> None:
