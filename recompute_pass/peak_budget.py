@@ -104,7 +104,14 @@ def choose_by_peak(
 
     # The plans checked do not depend on the budget, so a lower budget can only remove
     # plans from those that fit: the chosen peak never rises as the budget falls.
-    for plan in _checked(scored, fastest):
+    checked = _checked(scored, fastest)
+    for plan in [fastest, *(p for p in checked if p != fastest)]:  # the range's top first
+        if exact and time.monotonic() > deadline:
+            note = f"exact peaks of {len(exact)} of {len(checked)} plans before the time limit"
+            if not notes:  # one warning per graph: the scoring may have stopped already
+                log.warning("recompute_pass: %s; choosing among those", note)
+            notes.append(note)
+            break
         exact_of(plan)
     max_peak = exact[fastest]
     min_peak = min(exact.values())
