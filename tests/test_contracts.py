@@ -204,7 +204,9 @@ def _gpt_steps() -> dict[float | None, Step]:
     with ti.inductor_config.patch(fallback_random=True):
         steps: dict[float | None, Step] = {None: run_step(model, inputs)}
         for budget in (1.0, 0.75, 0.5, 0.25, 0.0):
-            backend = recompute_eager_backend.with_options(memory_budget=budget, fallback=False)
+            # Saved bytes: budget 0 then holds states, not masks (what the tests pin).
+            options = {"memory_budget": budget, "budget_mode": "saved", "fallback": False}
+            backend = recompute_eager_backend.with_options(**options)
             steps[budget] = run_step(model, inputs, backend=backend)
     return steps
 
@@ -235,7 +237,8 @@ def test_inductor_style_draws_replay_bit_identically(budget: float) -> None:
     it gives exactly what PyTorch's partitioner (which saves the draws) computes."""
     case = model_cases()["gpt_block"]  # masks larger than a generator state: replay pays
     model, inputs = build(case), case_inputs(case)
-    ours = run_step(model, inputs, backend=recompute_eager_backend.with_options(memory_budget=budget))
+    backend = recompute_eager_backend.with_options(memory_budget=budget, budget_mode="saved")
+    ours = run_step(model, inputs, backend=backend)
     assert_same_step(ours, run_step(model, inputs, backend=PYTORCH), rtol=0.0, atol=0.0)
     if budget == 0.0:
         assert [s.op for s in ours.reports[0].saved].count("rng_state") == 3
@@ -245,7 +248,7 @@ def test_inductor_style_draws_replay_bit_identically(budget: float) -> None:
 def test_replay_through_inductor_matches_eager(fallback_random: None) -> None:
     case = model_cases(layers=1, dim=32, seq=16)["gpt_block"]
     model, inputs = build(case), case_inputs(case)
-    backend = recompute_backend.with_options(memory_budget=0.0, fallback=False)
+    backend = recompute_backend.with_options(memory_budget=0.0, budget_mode="saved", fallback=False)
     with ti.inductor_config.patch(force_disable_caches=True):
         ours = run_step(model, inputs, backend=backend)
     assert_same_step(ours, run_step(model, inputs), rtol=1e-4, atol=1e-5)
@@ -348,7 +351,7 @@ def test_custom_op_recomputed_only_when_schema_proves_it_pure(mutating: bool) ->
     model = CustomOpMLP(mutating)
     torch.manual_seed(1)
     inputs = (torch.randn(32, 64),)
-    backend = recompute_eager_backend.with_options(memory_budget=0.0, fallback=False)
+    backend = recompute_eager_backend.with_options(memory_budget=0.0, budget_mode="saved", fallback=False)
     ours = run_step(model, inputs, backend=backend)
     assert_same_step(ours, run_step(model, inputs))
     (report,) = ours.reports

@@ -43,6 +43,7 @@ def test_inductor_gradients_match_eager_and_pytorch(budget: float, steps) -> Non
 
 
 def test_inductor_budget_orders_memory(steps) -> None:
+    """Peak budgets (the default): the predicted peak falls with the budget."""
     _, _, ours = steps
-    saved = [ours[b].saved_bytes for b in (1.0, 0.5, 0.0)]
-    assert saved[0] > saved[1] > saved[2]
+    peaks = [ours[b].reports[0].predicted_peak_bytes for b in (1.0, 0.5, 0.0)]
+    assert peaks[0] >= peaks[1] >= peaks[2] and peaks[0] > peaks[2]
