@@ -80,9 +80,10 @@ def choose_by_peak(
     """``frontier``: the saved-bytes hull, fewest bytes first, the fastest plan last.
     ``ratio`` or ``cap`` (bytes) sets the budget. ``peak_of`` estimates a plan's peak
     quickly (the graph walk on the joint graph); ``exact_peak_of`` is what the report will
-    say (the extracted graphs walked, or Inductor's memory plan), checked for the ends of
-    the range and for the choice, a handful of plans. ``peak_optimum`` (``peak_milp``, on
-    small graphs) adds the cheapest plans at the lowest estimated peak and at the budget.
+    say (the extracted graphs walked, or Inductor's memory plan), predicted for the
+    estimate's peak/cost front (``_checked``), the same plans at any budget.
+    ``peak_optimum`` (``peak_milp``, on small graphs) adds the cheapest plans at the lowest
+    estimated peak and at the budget.
     ``extra``: more plans for the family (plans that offload values, ``offload_search``)."""
     fastest = frontier[-1]
     candidates = list(dict.fromkeys([fastest, *reversed(frontier[:-1]), *segment_plans(problem), *extra]))
@@ -146,7 +147,7 @@ def _checked(scored: dict[Plan, tuple[int, float]], fastest: Plan) -> list[Plan]
     """The plans whose exact peak is predicted: those no other plan beats on both the
     estimated peak and the cost, at most ``_MAX_CHECKED`` of them, spread evenly over
     the estimate's range (the lowest and the fastest always in)."""
-    front = sorted(dict.fromkeys(p for p in scored if _undominated(scored, p)), key=lambda p: scored[p])
+    front = sorted((p for p in scored if _undominated(scored, p)), key=lambda p: scored[p])
     if fastest not in front:
         front.append(fastest)
     if len(front) <= _MAX_CHECKED:
