@@ -401,12 +401,7 @@ class _Storages:
                 self.timeline.append((phase, event.label or event.name, self.live + event.size))
 
     def estimate(self) -> PeakEstimate:
-        timeline = self.timeline
-        if not timeline:
-            return PeakEstimate(0, "forward", "", ())
-        peak_index = max(range(len(timeline)), key=lambda i: (timeline[i][2], -i))
-        phase, node, peak = timeline[peak_index]
-        return PeakEstimate(peak, phase, node, tuple(timeline), model="inductor")
+        return PeakEstimate.of(self.timeline, model="inductor")
 
 
 def _copy(graph: fx.GraphModule) -> fx.GraphModule:
@@ -466,6 +461,4 @@ def _workspace(node: object) -> int:
     ]
     device = kernel.get_device()
     device_type = device.type if device is not None else "cpu"
-    if replayed is None or not shapes:
-        return workspace_bytes(op, device_type, shapes)
     return workspace_bytes(op, device_type, shapes, replayed=replayed)

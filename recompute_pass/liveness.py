@@ -52,6 +52,14 @@ class PeakEstimate:
     model: str = "graph"  # "graph": the graphs walked as emitted (here); "inductor": ``inductor_memory``
     note: str = ""  # why the model is not the one asked for, if it is not
 
+    @staticmethod
+    def of(timeline: Sequence[tuple[str, str, int]], model: str = "graph") -> PeakEstimate:
+        """The estimate a timeline gives: its highest entry, the earliest on a tie."""
+        if not timeline:
+            return PeakEstimate(0, "forward", "", (), model=model)
+        phase, node, peak = max(timeline, key=lambda entry: entry[2])  # max keeps the first
+        return PeakEstimate(peak, phase, node, tuple(timeline), model=model)
+
 
 class NodeFacts:
     """What the walk asks of a node, computed once: scoring many plans of one graph asks
@@ -148,12 +156,7 @@ class Walk:
                 self.free(f"{node.name}.extra")
 
     def estimate(self) -> PeakEstimate:
-        timeline = self.timeline
-        if not timeline:
-            return PeakEstimate(0, "forward", "", ())
-        peak_index = max(range(len(timeline)), key=lambda i: (timeline[i][2], -i))
-        phase, node, peak = timeline[peak_index]
-        return PeakEstimate(peak, phase, node, tuple(timeline))
+        return PeakEstimate.of(self.timeline)
 
 
 def predict_peak(

@@ -90,14 +90,22 @@ def _compute(graph: fx.Graph) -> list[fx.Node]:
     return [n for n in graph.nodes if n.op not in ("placeholder", "output")]
 
 
+def _timed(
+    graph: fx.Graph, device: DeviceProfile, hints: SizeHints
+) -> tuple[list[fx.Node], list[float], dict[fx.Node, int]]:
+    """The graph's compute nodes, each one's estimated seconds (transfers none), and its
+    position among them: the timeline transfers are placed on."""
+    nodes = _compute(graph)
+    runtimes = [node_seconds(n, device, hints) if not _is_ao(n) else 0.0 for n in nodes]
+    return nodes, runtimes, {n: k for k, n in enumerate(nodes)}
+
+
 def _place_forward_waits(
     forward: fx.GraphModule, device: DeviceProfile, hints: SizeHints
 ) -> dict[str, float]:
     """Each offload's wait after the node during which its copy ends; exposed seconds."""
     assert device.device_to_host_bandwidth is not None
-    nodes = _compute(forward.graph)
-    runtimes = [node_seconds(n, device, hints) if not _is_ao(n) else 0.0 for n in nodes]
-    position = {n: k for k, n in enumerate(nodes)}
+    nodes, runtimes, position = _timed(forward.graph, device, hints)
     transfers = []
     for node in forward.graph.find_nodes(op="call_function", target=ti.ao_offload):
         source = node.args[0]
@@ -117,9 +125,7 @@ def _place_forward_waits(
 def _prefetch_reloads(backward: fx.GraphModule, device: DeviceProfile, hints: SizeHints) -> dict[str, float]:
     """Each reload early enough that its copy ends by its wait (the first use)."""
     assert device.host_to_device_bandwidth is not None
-    nodes = _compute(backward.graph)
-    runtimes = [node_seconds(n, device, hints) if not _is_ao(n) else 0.0 for n in nodes]
-    position = {n: k for k, n in enumerate(nodes)}
+    nodes, runtimes, position = _timed(backward.graph, device, hints)
     transfers = []
     for node in backward.graph.find_nodes(op="call_function", target=ti.ao_reload):
         value = node.meta["val"]

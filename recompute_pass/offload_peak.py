@@ -60,7 +60,5 @@ def with_offload(
         issue = back_at[node].position if node in back_at else len(backward)
         for p in range(issue):
             live[backward[p]] -= size
-    adjusted = tuple((phase, name, value) for (phase, name, _), value in zip(timeline, live, strict=True))
-    peak_index = max(range(len(adjusted)), key=lambda i: (adjusted[i][2], -i))
-    phase, name, peak = adjusted[peak_index]
-    return dataclasses.replace(estimate, peak_bytes=peak, peak_phase=phase, peak_node=name, timeline=adjusted)
+    adjusted = [(phase, name, value) for (phase, name, _), value in zip(timeline, live, strict=True)]
+    return dataclasses.replace(PeakEstimate.of(adjusted, estimate.model), note=estimate.note)

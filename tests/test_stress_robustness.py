@@ -84,18 +84,24 @@ def _stopped_with_solution(*args: Any, **kwargs: Any) -> scipy.optimize.Optimize
     return scipy.optimize.OptimizeResult(x=np.asarray(result.x), status=1, success=False, fun=result.fun)
 
 
+def _checked_gpt_block_step(backend: Any, caplog, eager: Step) -> tuple[Step, Any]:
+    """One step and its report, its gradients equal eager's and its plan valid."""
+    with spy_partitions() as spy:
+        step = _gpt_block_step(backend, caplog)
+    assert_same_step(step, eager)
+    (call,) = spy.calls
+    assert_valid(call)
+    (report,) = step.reports
+    return step, report
+
+
 @pytest.mark.parametrize("milp", [_stopped_without_solution, _stopped_with_solution], ids=["none", "found"])
 def test_time_limit_gives_best_feasible_plan_and_one_warning(
     milp: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, caplog, eager_gpt_block: Step
 ) -> None:
     monkeypatch.setattr(milp_module, "milp", milp)
     backend = recompute_eager_backend.with_options(memory_budget=0.5, budget_mode="saved", fallback=False)
-    with spy_partitions() as spy:
-        step = _gpt_block_step(backend, caplog)
-    assert_same_step(step, eager_gpt_block)
-    (call,) = spy.calls
-    assert_valid(call)
-    (report,) = step.reports
+    step, report = _checked_gpt_block_step(backend, caplog, eager_gpt_block)
     assert report.fallback is None and not report.optimal
     assert report.min_bytes < report.saved_bytes <= report.budget_bytes  # the MILP did run
     assert step.saved_bytes == report.saved_bytes
@@ -107,12 +113,7 @@ def test_min_cut_time_limit_gives_best_feasible_plan_and_one_warning(caplog, eag
     backend = recompute_eager_backend.with_options(
         solver="mincut", memory_budget=0.5, budget_mode="saved", time_limit=1e-9, fallback=False
     )
-    with spy_partitions() as spy:
-        step = _gpt_block_step(backend, caplog)
-    assert_same_step(step, eager_gpt_block)
-    (call,) = spy.calls
-    assert_valid(call)
-    (report,) = step.reports
+    _, report = _checked_gpt_block_step(backend, caplog, eager_gpt_block)
     assert "time limit" in report.notes and not report.optimal
     assert report.saved_bytes <= report.budget_bytes
     (warning,) = _warnings(caplog)
@@ -121,12 +122,7 @@ def test_min_cut_time_limit_gives_best_feasible_plan_and_one_warning(caplog, eag
 
 def test_peak_search_time_limit_gives_a_fitting_plan_and_one_warning(caplog, eager_gpt_block: Step) -> None:
     backend = recompute_eager_backend.with_options(memory_budget=0.5, time_limit=1e-9, fallback=False)
-    with spy_partitions() as spy:
-        step = _gpt_block_step(backend, caplog)
-    assert_same_step(step, eager_gpt_block)
-    (call,) = spy.calls
-    assert_valid(call)
-    (report,) = step.reports
+    _, report = _checked_gpt_block_step(backend, caplog, eager_gpt_block)
     assert report.budget_kind == "peak" and report.within_budget and not report.optimal
     (warning,) = _warnings(caplog)
     assert "peak search stopped by the time limit" in warning
