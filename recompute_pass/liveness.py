@@ -169,9 +169,17 @@ def predict_peak(
     """Walk both graphs; ``num_user_outputs`` leading forward outputs are the user's."""
     walk = Walk(NodeFacts(hints))
     walk.run("forward", list(forward.graph.nodes), _graph_outputs(forward))
-    saved = {n.name for n in _outputs(forward)[num_user_outputs:] if isinstance(n, fx.Node)}
-    for tangent in backward.graph.find_nodes(op="placeholder"):
-        if tangent.name not in saved and isinstance(tangent.meta.get("val"), torch.Tensor):
+    saved = [n for n in _outputs(forward)[num_user_outputs:] if isinstance(n, fx.Node)]
+    placeholders = backward.graph.find_nodes(op="placeholder")
+    inputs = [p for p in placeholders if not ti.is_tangent(p)]
+    # A saved value may reach backward under another name (a generator state saved by
+    # ``run_and_save_rng_state``): its storage is freed under the backward's.
+    renamed = zip(saved, inputs, strict=True) if len(saved) == len(inputs) else ()
+    for value, placeholder in renamed:
+        if value.name != placeholder.name and value.name in walk.sizes:
+            walk.sizes[placeholder.name] = walk.sizes.pop(value.name)
+    for tangent in placeholders:
+        if ti.is_tangent(tangent) and isinstance(tangent.meta.get("val"), torch.Tensor):
             walk.allocate(tangent, tangent.name, tangent.meta["val"])  # autograd's incoming gradient
     walk.run("backward", list(backward.graph.nodes), _graph_outputs(backward))
     return walk.estimate()

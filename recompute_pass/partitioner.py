@@ -145,12 +145,24 @@ def partition(
         nodes = PlanNodes.of(costed, plan)
         return for_order(offload, costed, schedule.backward_order(set(nodes.saved), set(nodes.recomputed)))
 
-    def exact_peak_of(plan: Plan) -> int:
+    def extracted_peak_of(plan: Plan) -> int:
         return realize_once(plan)[1].peak_bytes
 
+    # Without Inductor or offload the graphs run as extracted, which the joint-graph walk
+    # replays exactly (tests/test_liveness.py): the peak search then extracts no plan.
+    replayed = options.budgets_peak and not inductor and not options.offload
     # The offload arguments only with offload: the call is otherwise what it always was.
     offloading = {"offload": offload, "windows_of": windows_of} if options.offload else {}
+    exact_peak_of = peak_of if replayed else extracted_peak_of
     decision = decide(costed.problem, options, peak_of, exact_peak_of, peak_optimum, **offloading)
+    if replayed and (walked := peak_of(decision.plan)) != (extracted := extracted_peak_of(decision.plan)):
+        log.warning(
+            "recompute_pass: the joint-graph walk predicted %d B, the extracted graphs %d B; "
+            "choosing again on extracted graphs",
+            walked,
+            extracted,
+        )
+        decision = decide(costed.problem, options, peak_of, extracted_peak_of, peak_optimum)
     # Under a process group: every rank's plan is rank 0's (or was equal to it already).
     synced = agree(costed, decision, options)
     decision = synced.decision

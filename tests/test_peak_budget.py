@@ -116,3 +116,26 @@ def test_bad_peak_options(options: dict[str, object], name: str) -> None:
         RecomputeOptions(**options)
     with pytest.raises(ValueError, match=name):
         recompute_eager_backend.with_options(**options)
+
+
+def test_walk_disagreeing_with_extraction_chooses_again(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without Inductor the peak search trusts the joint-graph walk to replay extraction;
+    should it ever not, the plan is chosen again on extracted graphs, so the cap holds on
+    what the report predicts."""
+    from recompute_pass.liveness import PeakEstimate
+    from recompute_pass.plan_peak import JointSchedule
+
+    walk = JointSchedule.peak
+
+    def under_predicting(self: JointSchedule, *args: object) -> PeakEstimate:
+        estimate = walk(self, *args)  # type: ignore[arg-type]
+        return PeakEstimate(estimate.peak_bytes // 2, estimate.peak_phase, estimate.peak_node, ())
+
+    cap = _sweep("gpt")[0.5][1].budget_bytes
+    monkeypatch.setattr(JointSchedule, "peak", under_predicting)
+    with caplog.at_level(logging.WARNING, logger="recompute_pass"):
+        measured, report = _measured("gpt", peak_memory_bytes=cap)
+    assert any("choosing again on extracted graphs" in r.getMessage() for r in caplog.records)
+    assert report.predicted_peak_bytes <= cap and measured <= cap
