@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import hashlib
 import logging
+import sys
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from recompute_pass.offload_extraction import offload_partition
 from recompute_pass.offload_peak import with_offload
 from recompute_pass.offload_schedule import for_order, windows
 from recompute_pass.options import RecomputeOptions
+from recompute_pass.peak_budget import checks_within
 from recompute_pass.peak_milp import PeakSolver
 from recompute_pass.plan_peak import JointSchedule
 from recompute_pass.plan_sizes import planned_hints
@@ -154,7 +156,14 @@ def partition(
     # The offload arguments only with offload: the call is otherwise what it always was.
     offloading = {"offload": offload, "windows_of": windows_of} if options.offload else {}
     exact_peak_of = peak_of if replayed else extracted_peak_of
-    decision = decide(costed.problem, options, peak_of, exact_peak_of, peak_optimum, **offloading)
+    # Replayed peaks cost nothing to check: every plan of the front is; Inductor's as many
+    # as the time limit is expected to allow (a count, so that the plan does not depend
+    # on the machine's speed).
+    nodes = len(joint.module.graph.nodes)
+    checks = sys.maxsize if replayed else checks_within(options.time_limit, nodes)
+    decision = decide(
+        costed.problem, options, peak_of, exact_peak_of, peak_optimum, max_checked=checks, **offloading
+    )
     if replayed and (walked := peak_of(decision.plan)) != (extracted := extracted_peak_of(decision.plan)):
         log.warning(
             "recompute_pass: the joint-graph walk predicted %d B, the extracted graphs %d B; "
@@ -162,7 +171,10 @@ def partition(
             walked,
             extracted,
         )
-        decision = decide(costed.problem, options, peak_of, extracted_peak_of, peak_optimum)
+        checks = checks_within(options.time_limit, nodes)
+        decision = decide(
+            costed.problem, options, peak_of, extracted_peak_of, peak_optimum, max_checked=checks
+        )
     # Under a process group: every rank's plan is rank 0's (or was equal to it already).
     synced = agree(costed, decision, options)
     decision = synced.decision

@@ -39,7 +39,18 @@ log = logging.getLogger(__name__)
 
 # At most this many plans' exact peaks are predicted per graph (each one an Inductor
 # lowering under torch.compile).
-_MAX_CHECKED = 8
+MAX_CHECKED = 8
+# One plan's peak through Inductor's lowering and scheduler takes about 3.5 ms per
+# joint-graph node (the zoo's 2-layer models on the 2-core benchmark CPU). The number of
+# such checks is set from this, not from the clock, so that a graph gets the same plan on
+# any machine and under any load; the clock stops them only far past the time limit.
+_CHECK_SECONDS_PER_NODE = 3.5e-3
+
+
+def checks_within(time_limit: float, nodes: int) -> int:
+    """How many plans' exact peaks (Inductor lowerings) fit ``time_limit`` on a graph of
+    ``nodes`` nodes: at least the range's two ends, at most ``MAX_CHECKED``."""
+    return max(2, min(MAX_CHECKED, int(time_limit / (max(1, nodes) * _CHECK_SECONDS_PER_NODE))))
 
 
 @dataclass(frozen=True)
@@ -74,14 +85,17 @@ def choose_by_peak(
     ratio: float | None,
     cap: int | None,
     deadline: float,
+    max_checked: int = MAX_CHECKED,
+    check_deadline: float | None = None,
     peak_optimum: Callable[[Sequence[int], float], list[Plan]] | None = None,
     extra: Sequence[Plan] = (),
 ) -> PeakChoice:
     """``frontier``: the saved-bytes hull, fewest bytes first, the fastest plan last.
     ``ratio`` or ``cap`` (bytes) sets the budget. ``peak_of`` estimates a plan's peak
     quickly (the graph walk on the joint graph); ``exact_peak_of`` is what the report will
-    say (the extracted graphs walked, or Inductor's memory plan), predicted for the
-    estimate's peak/cost front (``_checked``), the same plans at any budget.
+    say (the extracted graphs walked, or Inductor's memory plan), predicted for at most
+    ``max_checked`` plans of the estimate's peak/cost front (``_checked``), the same plans
+    at any budget; ``check_deadline`` (default ``deadline``) stops them only as a safety.
     ``peak_optimum`` (``peak_milp``, on small graphs) adds the cheapest plans at the lowest
     estimated peak and at the budget.
     ``extra``: more plans for the family (plans that offload values, ``offload_search``)."""
@@ -105,9 +119,10 @@ def choose_by_peak(
 
     # The plans checked do not depend on the budget, so a lower budget can only remove
     # plans from those that fit: the chosen peak never rises as the budget falls.
-    checked = _checked(scored, fastest)
+    checked = _checked(scored, fastest, max_checked)
+    stop = deadline if check_deadline is None else check_deadline
     for plan in [fastest, *(p for p in checked if p != fastest)]:  # the range's top first
-        if exact and time.monotonic() > deadline:
+        if exact and time.monotonic() > stop:
             note = f"exact peaks of {len(exact)} of {len(checked)} plans before the time limit"
             if not notes:  # one warning per graph: the scoring may have stopped already
                 log.warning("recompute_pass: %s; choosing among those", note)
@@ -143,17 +158,17 @@ def choose_by_peak(
     return PeakChoice(plan, budget, min_peak, max_peak, _pareto(points), tuple(notes))
 
 
-def _checked(scored: dict[Plan, tuple[int, float]], fastest: Plan) -> list[Plan]:
+def _checked(scored: dict[Plan, tuple[int, float]], fastest: Plan, limit: int) -> list[Plan]:
     """The plans whose exact peak is predicted: those no other plan beats on both the
-    estimated peak and the cost, at most ``_MAX_CHECKED`` of them, spread evenly over
-    the estimate's range (the lowest and the fastest always in)."""
+    estimated peak and the cost, at most ``limit`` (>= 2) of them, spread evenly over the
+    estimate's range (the lowest and the fastest always in)."""
     front = sorted((p for p in scored if _undominated(scored, p)), key=lambda p: scored[p])
     if fastest not in front:
         front.append(fastest)
-    if len(front) <= _MAX_CHECKED:
+    if len(front) <= limit:
         return front
-    step = (len(front) - 1) / (_MAX_CHECKED - 1)
-    return list(dict.fromkeys(front[round(i * step)] for i in range(_MAX_CHECKED)))
+    step = (len(front) - 1) / (limit - 1)
+    return list(dict.fromkeys(front[round(i * step)] for i in range(limit)))
 
 
 def _undominated(scored: dict[Plan, tuple[int, float]], plan: Plan) -> bool:

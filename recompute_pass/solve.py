@@ -20,7 +20,7 @@ from recompute_pass.frontier import Relaxation, hull
 from recompute_pass.offload import OffloadProblem
 from recompute_pass.offload_search import OffloadSearch
 from recompute_pass.options import RecomputeOptions
-from recompute_pass.peak_budget import choose_by_peak
+from recompute_pass.peak_budget import MAX_CHECKED, choose_by_peak
 from recompute_pass.problem import Plan, Problem
 from recompute_pass.strategies import STRATEGIES
 
@@ -57,12 +57,14 @@ def decide(
     *,
     offload: OffloadProblem | None = None,
     windows_of: Callable[[Plan], OffloadProblem] | None = None,
+    max_checked: int = MAX_CHECKED,
 ) -> Decision:
     """``peak_of``/``exact_peak_of``: a plan's predicted peak, estimated fast / as its
     extracted graphs give it; needed when the budget is over the peak. ``peak_optimum``:
     the cheapest plans at given estimated peaks (``peak_milp``), where the graph is small.
     ``offload``: the offload windows, when ``options.offload`` and the device has a host
-    link; ``windows_of``, one plan's own (its backward order), for the fast path."""
+    link; ``windows_of``, one plan's own (its backward order), for the fast path.
+    ``max_checked``: how many plans' exact peaks the peak search may ask for."""
     start = time.perf_counter()
     deadline = time.monotonic() + options.time_limit
     relaxation = Relaxation.of(problem)
@@ -84,6 +86,8 @@ def decide(
             ratio=None if options.peak_memory_bytes is not None else options.memory_budget,
             cap=options.peak_memory_bytes,
             deadline=deadline,
+            max_checked=max_checked,
+            check_deadline=deadline + 2 * options.time_limit,  # a safety: ``max_checked`` decides
             peak_optimum=peak_optimum,
             extra=search.plans if search is not None else (),
         )

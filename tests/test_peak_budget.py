@@ -139,3 +139,14 @@ def test_walk_disagreeing_with_extraction_chooses_again(
         measured, report = _measured("gpt", peak_memory_bytes=cap)
     assert any("choosing again on extracted graphs" in r.getMessage() for r in caplog.records)
     assert report.predicted_peak_bytes <= cap and measured <= cap
+
+
+def test_inductor_checks_are_counted_not_timed() -> None:
+    """How many plans get an Inductor lowering depends on the graph and the time limit,
+    never on the clock: the same graph gets the same plan on a loaded machine."""
+    from recompute_pass.peak_budget import MAX_CHECKED, checks_within
+
+    assert checks_within(10.0, 570) == 5  # a 2-layer zoo model at the default time limit
+    assert checks_within(1e-9, 10**6) == 2  # always the range's two ends
+    assert checks_within(1e9, 10) == MAX_CHECKED
+    assert [checks_within(10.0, n) for n in (100, 1000, 10_000)] == [8, 2, 2]
