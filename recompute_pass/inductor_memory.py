@@ -39,7 +39,7 @@ from torch import fx
 
 from cost_model import SizeHints, tensor_bytes, workspace_bytes
 from recompute_pass import torch_internals as ti
-from recompute_pass.liveness import PeakEstimate
+from recompute_pass.liveness import PeakEstimate, backward_names
 
 ir = ti.inductor_ir
 
@@ -121,12 +121,7 @@ def _predict_peak(
     for name in fwd.inputs:
         memory.bind_external("forward", name)
     memory.replay(fwd.events, "forward")
-    outputs = _output_names(forward)
-    # AOTAutograd's contract: the forward's outputs after the user's are the backward's
-    # inputs before the tangents, in order (names differ for generator states).
-    received = [n.name for n in backward.graph.find_nodes(op="placeholder") if not ti.is_tangent(n)]
-    if len(received) == len(outputs) - num_user_outputs:
-        outputs = [*outputs[:num_user_outputs], *received]
+    outputs = backward_names(forward, backward, num_user_outputs)
     carried = {
         name: sid
         for name, store in zip(outputs, fwd.outputs, strict=True)
@@ -408,13 +403,6 @@ def _copy(graph: fx.GraphModule) -> fx.GraphModule:
     copy = fx.Graph()
     copy.output(copy.graph_copy(graph.graph, {}))
     return fx.GraphModule(graph, copy)
-
-
-def _output_names(graph: fx.GraphModule) -> list[str | None]:
-    (output,) = graph.graph.find_nodes(op="output")
-    values = output.args[0]
-    values = values if isinstance(values, list | tuple) else (values,)
-    return [v.name if isinstance(v, fx.Node) else None for v in values]
 
 
 def _storage_name(node: object) -> str | None:

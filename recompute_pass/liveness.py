@@ -169,20 +169,50 @@ def predict_peak(
     """Walk both graphs; ``num_user_outputs`` leading forward outputs are the user's."""
     walk = Walk(NodeFacts(hints))
     walk.run("forward", list(forward.graph.nodes), _graph_outputs(forward))
-    saved = [n for n in _outputs(forward)[num_user_outputs:] if isinstance(n, fx.Node)]
+    sent = backward_names(forward, backward, num_user_outputs)
+    for value, name in zip(_outputs(forward), sent, strict=True):
+        # A saved value may reach backward under another name (a generator state saved by
+        # ``run_and_save_rng_state``): its storage is freed under the backward's.
+        if (
+            isinstance(value, fx.Node)
+            and name is not None
+            and name != value.name
+            and value.name in walk.sizes
+        ):
+            walk.sizes[name] = walk.sizes.pop(value.name)
     placeholders = backward.graph.find_nodes(op="placeholder")
-    inputs = [p for p in placeholders if not ti.is_tangent(p)]
-    # A saved value may reach backward under another name (a generator state saved by
-    # ``run_and_save_rng_state``): its storage is freed under the backward's.
-    renamed = zip(saved, inputs, strict=True) if len(saved) == len(inputs) else ()
-    for value, placeholder in renamed:
-        if value.name != placeholder.name and value.name in walk.sizes:
-            walk.sizes[placeholder.name] = walk.sizes.pop(value.name)
     for tangent in placeholders:
         if ti.is_tangent(tangent) and isinstance(tangent.meta.get("val"), torch.Tensor):
             walk.allocate(tangent, tangent.name, tangent.meta["val"])  # autograd's incoming gradient
     walk.run("backward", list(backward.graph.nodes), _graph_outputs(backward))
     return walk.estimate()
+
+
+def backward_names(
+    forward: fx.GraphModule, backward: fx.GraphModule, num_user_outputs: int
+) -> list[str | None]:
+    """Each forward output's name where it is used: the user's outputs their own, saved
+    values the backward placeholder that receives them (None: not a graph value).
+
+    AOTAutograd's contract: the forward returns the user's outputs, the saved tensors, then
+    the saved SymInts; the backward takes the saved SymInts, the saved tensors, then the
+    tangents. So tensors and SymInts pair by position each among their own kind; names
+    differ for generator states (``rng_state_output_*``)."""
+    outputs = list(_outputs(forward))
+    names = [value.name if isinstance(value, fx.Node) else None for value in outputs]
+    received = [p for p in backward.graph.find_nodes(op="placeholder") if not ti.is_tangent(p)]
+    saved = outputs[num_user_outputs:]
+    for tensors in (True, False):
+        sent = [i for i, value in enumerate(saved) if _is_tensor(value) == tensors]
+        got = [p for p in received if _is_tensor(p) == tensors]
+        if len(sent) == len(got):
+            for index, placeholder in zip(sent, got, strict=True):
+                names[num_user_outputs + index] = placeholder.name
+    return names
+
+
+def _is_tensor(value: object) -> bool:
+    return isinstance(value, fx.Node) and isinstance(value.meta.get("val"), torch.Tensor)
 
 
 def _outputs(graph: fx.GraphModule) -> Sequence[object]:

@@ -199,7 +199,10 @@ def _inductor_fit(layers: int, cap: int, high: int) -> None:
             lambda: compiled(*_inputs(fit.size)), lambda out: out.backward(), torch.device("cpu")
         )
     assert len(reports) == 1 and reports[0].predicted_peak_bytes == fit.predicted_peak_bytes
-    assert abs(memory.peak_bytes - fit.predicted_peak_bytes) <= 0.03 * cap  # Inductor's plan, modelled
+    # Inductor's plan modelled under dynamic shapes (SymInts among the saved values), not
+    # the graph walk's fallback.
+    assert reports[0].peak_model == "inductor", reports[0].notes
+    assert abs(memory.peak_bytes - fit.predicted_peak_bytes) <= 0.01 * memory.peak_bytes
     assert_same_step(Step(loss.detach(), grads, 0, []), expected)
 
 
