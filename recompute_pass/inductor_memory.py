@@ -300,6 +300,12 @@ class _WrapperPlan:
             if not ti.can_match_buffer_size(source.node, out):
                 continue
             self.taken.add(name)
+            # ``KernelArgs.make_inplace``: written over an unaligned buffer (on CPU every
+            # graph input), the output is unaligned too, so the pool never gives it to an
+            # aligned allocation (``buffer_reuse_key``).
+            unaligned = self.lowering.unaligned_buffers  # type: ignore[attr-defined]
+            if name in unaligned:
+                unaligned.add(buf.get_name())  # type: ignore[attr-defined]
             self.events.append(Event("take", buf.get_name(), other=name, label=label))  # type: ignore[attr-defined]
             return True
         return False
