@@ -8,7 +8,7 @@ import hashlib
 import logging
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from recompute_pass.plan_sizes import planned_hints
 from recompute_pass.plan_sync import PlanSyncError, agree, partition_digest, rank_and_world
 from recompute_pass.problem import Plan
 from recompute_pass.report import PartitionReport, build_report, publish
-from recompute_pass.solve import decide
+from recompute_pass.solve import Decision, decide
 
 log = logging.getLogger(__name__)
 
@@ -151,19 +151,21 @@ def partition(
         return realize_once(plan)[1].peak_bytes
 
     # Without Inductor or offload the graphs run as extracted, which the joint-graph walk
-    # replays exactly (tests/test_liveness.py): the peak search then extracts no plan.
+    # replays exactly (tests/test_liveness.py): the peak search then extracts no plan, and
+    # checks every plan of the front. Extracted (or Inductor's) peaks are checked for as
+    # many plans as the time limit is expected to allow: a count, so that the plan does
+    # not depend on the machine's speed.
     replayed = options.budgets_peak and not inductor and not options.offload
+    counted = checks_within(options.time_limit, len(joint.module.graph.nodes))
     # The offload arguments only with offload: the call is otherwise what it always was.
     offloading = {"offload": offload, "windows_of": windows_of} if options.offload else {}
-    exact_peak_of = peak_of if replayed else extracted_peak_of
-    # Replayed peaks cost nothing to check: every plan of the front is; Inductor's as many
-    # as the time limit is expected to allow (a count, so that the plan does not depend
-    # on the machine's speed).
-    nodes = len(joint.module.graph.nodes)
-    checks = sys.maxsize if replayed else checks_within(options.time_limit, nodes)
-    decision = decide(
-        costed.problem, options, peak_of, exact_peak_of, peak_optimum, max_checked=checks, **offloading
-    )
+
+    def choose(exact_peak_of: Callable[[Plan], int], checks: int) -> Decision:
+        return decide(
+            costed.problem, options, peak_of, exact_peak_of, peak_optimum, max_checked=checks, **offloading
+        )
+
+    decision = choose(peak_of, sys.maxsize) if replayed else choose(extracted_peak_of, counted)
     if replayed and (walked := peak_of(decision.plan)) != (extracted := extracted_peak_of(decision.plan)):
         log.warning(
             "recompute_pass: the joint-graph walk predicted %d B, the extracted graphs %d B; "
@@ -171,10 +173,7 @@ def partition(
             walked,
             extracted,
         )
-        checks = checks_within(options.time_limit, nodes)
-        decision = decide(
-            costed.problem, options, peak_of, extracted_peak_of, peak_optimum, max_checked=checks
-        )
+        decision = choose(extracted_peak_of, counted)
     # Under a process group: every rank's plan is rank 0's (or was equal to it already).
     synced = agree(costed, decision, options)
     decision = synced.decision
