@@ -39,7 +39,7 @@ class RecomputeBackend:
         partitioner = self.partitioner()
         if self.inductor:
             with ti.inductor_config.patch(custom_partitioner_fn=partitioner):
-                return ti.compile_fx(gm, list(example_inputs))
+                return ti.compile_fx(gm, list(example_inputs), inner_compile=ti.compile_fx_inner_patched)
         return ti.eager_aot_backend(partitioner)(gm, example_inputs)
 
     def __repr__(self) -> str:

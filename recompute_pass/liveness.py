@@ -51,6 +51,8 @@ class PeakEstimate:
     timeline: tuple[tuple[str, str, int], ...]  # (phase, node, live bytes as it runs)
     model: str = "graph"  # "graph": the graphs walked as emitted (here); "inductor": ``inductor_memory``
     note: str = ""  # why the model is not the one asked for, if it is not
+    # Inductor config the backward is to be compiled under for this peak (``inductor_memory``).
+    compile_patches: tuple[tuple[str, object], ...] = ()
 
     @staticmethod
     def of(timeline: Sequence[tuple[str, str, int]], model: str = "graph") -> PeakEstimate:

@@ -397,7 +397,12 @@ def build_report(
         device=costed.device.name,
         saved=tuple(saved),
         recomputed=tuple(recomputed),
-        notes=(*decision.notes, *_unreplayable_draws(costed, names), *filter(None, [peak.note])),
+        notes=(
+            *decision.notes,
+            *_unreplayable_draws(costed, names),
+            *filter(None, [peak.note]),
+            *[f"backward compiled with Inductor's {k}={v!r} (peaks lower)" for k, v in peak.compile_patches],
+        ),
         frontier=decision.peak_frontier
         or tuple((plan.size(problem), plan.cost(problem)) for plan in decision.frontier),
         budget_kind=decision.budget_kind,

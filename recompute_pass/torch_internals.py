@@ -64,6 +64,7 @@ from torch._inductor.compile_fx import (
     _recursive_post_grad_passes,
     _recursive_record_original_output_strides,
     compile_fx,
+    compile_fx_inner,
     fake_tensor_prop,
     select_decomp_table,
 )
@@ -105,6 +106,10 @@ __all__ = [
     "classify_nodes",
     "cleanup_recompute_tags",
     "compile_fx",
+    "compile_fx_inner",
+    "compile_fx_inner_patched",
+    "compile_patches",
+    "COMPILE_PATCHES",
     "compute_size_for_scheduler_buffer",
     "decide_layout_opt",
     "default_partition",
@@ -343,15 +348,16 @@ CPP_MAX_KERNEL_GROUP_ARGS = CppScheduling.MAX_FUSED_KERNEL_ARGS_NUM
 
 @contextlib.contextmanager
 def inductor_schedule(
-    gm: fx.GraphModule, *, is_backward: bool, donated: Sequence[int]
+    gm: fx.GraphModule, *, is_backward: bool, donated: Sequence[int], patches: dict[str, object] | None = None
 ) -> Iterator[tuple[GraphLowering, Scheduler]]:
     """``gm`` lowered and scheduled as Inductor's compile would (``fx_codegen_and_compile``
     in torch 2.13), stopping before code generation: fake-tensor propagation from the
     placeholders' values, post-grad passes, lowering, and the scheduler (fusion, order).
 
     ``gm`` is modified: pass a copy. ``donated``: backward input positions whose storage
-    the graph may reuse (AOTAutograd's ``bw_donated_idxs``). Autotuning is off: its
-    choice changes no buffer the wrapper allocates, and it would run kernels here.
+    the graph may reuse (AOTAutograd's ``bw_donated_idxs``). ``patches``: Inductor config
+    the real compile will run under (``compile_patches``). Autotuning is off: its choice
+    changes no buffer the wrapper allocates, and it would run kernels here.
     """
     inputs = [n.meta.get("val") for n in gm.graph.find_nodes(op="placeholder")]
     fake_mode = detect_fake_mode(inputs)
@@ -361,7 +367,8 @@ def inductor_schedule(
     # (generator states drawn while lowering a replayed draw).
     allowed, fake_mode.allow_non_fake_inputs = fake_mode.allow_non_fake_inputs, True
     try:
-        with inductor_config.patch(max_autotune=False, max_autotune_gemm=False, benchmark_fusion=False):
+        off = {"max_autotune": False, "max_autotune_gemm": False, "benchmark_fusion": False}
+        with inductor_config.patch({**(patches or {}), **off}):
             view_to_reshape(gm)
             with torch.no_grad():
                 fake_tensor_prop(gm, inputs)
@@ -385,6 +392,22 @@ def inductor_schedule(
                     yield lowering, scheduler
     finally:
         fake_mode.allow_non_fake_inputs = allowed
+
+
+# ``gm.meta`` key: Inductor config a partitioned graph is to be compiled under, set by the
+# partitioner when its memory model found the graph peaks lower so (``inductor_memory``).
+COMPILE_PATCHES = "recompute_pass.inductor_patches"
+
+
+def compile_patches(gm: fx.GraphModule) -> dict[str, object]:
+    return dict(gm.meta.get(COMPILE_PATCHES, {}))
+
+
+def compile_fx_inner_patched(gm: fx.GraphModule, example_inputs: Sequence[object], **kwargs: Any) -> Any:
+    """``compile_fx``'s ``inner_compile``, under the config the graph asks for (AOTAutograd
+    hands the partitioner's graphs to it, the backward possibly at its first call)."""
+    with inductor_config.patch(compile_patches(gm)):
+        return compile_fx_inner(gm, example_inputs, **kwargs)
 
 
 def inductor_size_hint(expr: object) -> int:

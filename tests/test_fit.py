@@ -113,6 +113,10 @@ def test_one_compile_serves_every_size() -> None:
         ({"low": 0}, "low"),
         ({"multiple_of": 0}, "multiple_of"),
         ({"low": 17, "high": 23, "multiple_of": 8}, "multiple_of"),
+        ({"headroom": 0.5}, "headroom"),
+        ({"headroom": -0.01}, "headroom"),
+        ({"headroom": float("nan")}, "headroom"),
+        ({"headroom": "1%"}, "headroom"),
     ],
 )
 def test_bad_arguments_name_the_argument(kwargs: dict[str, object], name: str) -> None:
@@ -121,6 +125,26 @@ def test_bad_arguments_name_the_argument(kwargs: dict[str, object], name: str) -
     cap = args.pop("memory_cap")
     with pytest.raises(ValueError, match=name):
         fit_longest(_model(), _inputs, cap, backend=recompute_eager_backend, **args)  # type: ignore[arg-type]
+
+
+def test_headroom_is_kept_free_of_the_cap() -> None:
+    cap = CAPS[0]
+    exact, kept = (
+        _fit(cap),
+        fit_longest(
+            _model(),
+            _inputs,
+            cap,
+            low=LOW,
+            high=HIGH,
+            multiple_of=MULTIPLE,
+            backend=recompute_eager_backend,
+            headroom=0.2,
+        ),
+    )
+    assert exact.headroom_bytes == 0 and kept.headroom_bytes == math.ceil(0.2 * cap)
+    assert kept.predicted_peak_bytes <= 0.8 * cap < exact.predicted_peak_bytes
+    assert kept.size < exact.size and kept.memory_cap == cap
 
 
 def test_a_cap_below_the_smallest_sizes_peak_is_an_error() -> None:

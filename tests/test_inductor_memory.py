@@ -28,7 +28,7 @@ from recompute_pass import (
 )
 from recompute_pass import torch_internals as ti
 from recompute_pass.partitioner import partition
-from tests.harness import assert_same_step, build, case_inputs, run_step
+from tests.harness import Step, assert_same_step, build, case_inputs, run_step
 from tests.joint_graphs import reference_joints
 
 FULL = os.environ.get("RECOMPUTE_FULL") == "1"
@@ -133,3 +133,39 @@ def test_failed_inductor_model_falls_back_to_the_walk(
     assert any("lowering exploded" in note for note in report.notes)
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and "Inductor's memory plan failed" in warnings[0]
+
+
+def test_backward_compiles_under_the_config_its_peak_assumes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without Inductor's reordering for peak memory this 2-layer Llama's recomputing
+    backward peaks lower (``inductor_memory._backward_variants``): the backward must then be
+    compiled without it, or the predicted peak is of another program."""
+    compiled: list[tuple[bool, bool]] = []
+    inner = ti.compile_fx_inner
+
+    def spy(gm: torch.fx.GraphModule, example_inputs: object, **kwargs: object) -> object:
+        compiled.append((bool(kwargs.get("is_backward")), ti.inductor_config.reorder_for_peak_memory))
+        return inner(gm, example_inputs, **kwargs)
+
+    monkeypatch.setattr(ti, "compile_fx_inner", spy)
+    case = model_cases(layers=2, dim=64, seq=32)["llama"]
+    model, inputs = build(case), case_inputs(case)
+    eager = run_step(build(case), inputs)
+    backend = recompute_backend.with_options(memory_budget=0.0, fallback=False)
+    with ti.inductor_config.patch(force_disable_caches=True):
+        torch.compiler.reset()
+        compiled_model = torch.compile(model, backend=backend)
+        with capture_reports() as reports:
+            loss = compiled_model(*inputs)
+            loss.backward()
+        grads = {name: p.grad.detach().clone() for name, p in model.named_parameters()}
+        for parameter in model.parameters():
+            parameter.grad = None
+        memory, _ = step_memory(
+            lambda: compiled_model(*inputs), lambda loss: loss.backward(), torch.device("cpu")
+        )
+    assert_same_step(Step(loss.detach(), grads, 0, reports), eager)
+    (report,) = reports
+    assert "backward compiled with Inductor's reorder_for_peak_memory=False (peaks lower)" in report.notes
+    assert compiled == [(False, True), (True, False)]
+    predicted = report.predicted_peak_bytes
+    assert abs(predicted - memory.peak_bytes) <= TOLERANCE * memory.peak_bytes, (predicted, memory.peak_bytes)
