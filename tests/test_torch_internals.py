@@ -40,7 +40,12 @@ CONFIG_SETTINGS = {
         "max_autotune_gemm",
     ),
 }
-NOT_CALLABLE = {(cost_ti, "flop_registry"), (pass_ti, "CPP_MAX_KERNEL_GROUP_ARGS"), (pass_ti, "inductor_ir")}
+NOT_CALLABLE = {
+    (cost_ti, "flop_registry"),
+    (pass_ti, "CPP_MAX_KERNEL_GROUP_ARGS"),
+    (pass_ti, "COMPILE_PATCHES"),
+    (pass_ti, "inductor_ir"),
+}
 
 
 def _exported() -> list[tuple[ModuleType, str]]:
