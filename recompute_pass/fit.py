@@ -112,13 +112,13 @@ def fit_longest(
     cap, grid = _validate(memory_cap, low, high, multiple_of)
     margin = _validate_headroom(headroom, backend)
     kept_free = math.ceil(cap * margin)
-    cap -= kept_free
+    planned = cap - kept_free  # what every plan's predicted peak must fit
     sized = SizedInputs.of(model, make_inputs, grid[0], grid[-1] if len(grid) > 1 else grid[0] + multiple_of)
     trace = next((n for n in (grid[len(grid) // 2], grid[-1], grid[0]) if not sized.collides(n)), grid[-1])
     start = time.perf_counter()
     captured = capture_step(model, sized.args(trace), inductor=backend.inductor)
     log.info("fit_longest: captured the joint graph at n=%d in %.1f s", trace, time.perf_counter() - start)
-    options = backend.options().replace(peak_memory_bytes=cap, memory_budget_bytes=None, fallback=False)
+    options = backend.options().replace(peak_memory_bytes=planned, memory_budget_bytes=None, fallback=False)
     probes: dict[int, Probe] = {}
 
     def probe(index: int) -> Probe:
@@ -127,17 +127,17 @@ def fit_longest(
             probes[n] = _probe(captured, sized, options, n)
         return probes[n]
 
-    if not probe(0).fits(cap):
+    if not probe(0).fits(planned):
         raise ValueError(
-            f"memory_cap={cap + kept_free} B (less {kept_free} B headroom) is below the lowest "
+            f"memory_cap={cap} B (less {kept_free} B headroom) is below the lowest "
             f"predicted peak at the smallest size, low={grid[0]}: {probe(0).lowest_peak_bytes} B"
         )
     best = len(grid) - 1
-    if not probe(best).fits(cap):
+    if not probe(best).fits(planned):
         fits, fails = 0, best  # probe(fits) fits, probe(fails) does not
         while fails - fits > 1:
             mid = (fits + fails) // 2
-            fits, fails = (mid, fails) if probe(mid).fits(cap) else (fits, mid)
+            fits, fails = (mid, fails) if probe(mid).fits(planned) else (fits, mid)
         best = fits
     chosen = probes[grid[best]]
     notes = _monotonicity_notes(probes)
@@ -146,11 +146,13 @@ def fit_longest(
     plan_sizes = sized.plan_sizes(chosen.size, captured.shape_env())
     result = FitResult(
         size=chosen.size,
-        backend=backend.with_options(peak_memory_bytes=cap, memory_budget_bytes=None, plan_sizes=plan_sizes),
+        backend=backend.with_options(
+            peak_memory_bytes=planned, memory_budget_bytes=None, plan_sizes=plan_sizes
+        ),
         predicted_peak_bytes=int(report.predicted_peak_bytes or 0),
         estimated_overhead_seconds=max(0.0, float(report.estimated_step_overhead or 0.0) - fastest),
         summary=report.to_text(),
-        memory_cap=cap + kept_free,
+        memory_cap=cap,
         headroom_bytes=kept_free,
         plan_sizes=plan_sizes,
         probes=tuple(probes[n] for n in sorted(probes)),

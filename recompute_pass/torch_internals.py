@@ -108,7 +108,6 @@ __all__ = [
     "compile_fx",
     "compile_fx_inner",
     "compile_fx_inner_patched",
-    "compile_patches",
     "COMPILE_PATCHES",
     "compute_size_for_scheduler_buffer",
     "decide_layout_opt",
@@ -356,7 +355,7 @@ def inductor_schedule(
 
     ``gm`` is modified: pass a copy. ``donated``: backward input positions whose storage
     the graph may reuse (AOTAutograd's ``bw_donated_idxs``). ``patches``: Inductor config
-    the real compile will run under (``compile_patches``). Autotuning is off: its choice
+    the real compile will run under (``COMPILE_PATCHES``). Autotuning is off: its choice
     changes no buffer the wrapper allocates, and it would run kernels here.
     """
     inputs = [n.meta.get("val") for n in gm.graph.find_nodes(op="placeholder")]
@@ -399,14 +398,10 @@ def inductor_schedule(
 COMPILE_PATCHES = "recompute_pass.inductor_patches"
 
 
-def compile_patches(gm: fx.GraphModule) -> dict[str, object]:
-    return dict(gm.meta.get(COMPILE_PATCHES, {}))
-
-
 def compile_fx_inner_patched(gm: fx.GraphModule, example_inputs: Sequence[object], **kwargs: Any) -> Any:
     """``compile_fx``'s ``inner_compile``, under the config the graph asks for (AOTAutograd
     hands the partitioner's graphs to it, the backward possibly at its first call)."""
-    with inductor_config.patch(compile_patches(gm)):
+    with inductor_config.patch(dict(gm.meta.get(COMPILE_PATCHES, {}))):
         return compile_fx_inner(gm, example_inputs, **kwargs)
 
 

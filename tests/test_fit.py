@@ -129,18 +129,16 @@ def test_bad_arguments_name_the_argument(kwargs: dict[str, object], name: str) -
 
 def test_headroom_is_kept_free_of_the_cap() -> None:
     cap = CAPS[0]
-    exact, kept = (
-        _fit(cap),
-        fit_longest(
-            _model(),
-            _inputs,
-            cap,
-            low=LOW,
-            high=HIGH,
-            multiple_of=MULTIPLE,
-            backend=recompute_eager_backend,
-            headroom=0.2,
-        ),
+    exact = _fit(cap)
+    kept = fit_longest(
+        _model(),
+        _inputs,
+        cap,
+        low=LOW,
+        high=HIGH,
+        multiple_of=MULTIPLE,
+        backend=recompute_eager_backend,
+        headroom=0.2,
     )
     assert exact.headroom_bytes == 0 and kept.headroom_bytes == math.ceil(0.2 * cap)
     assert kept.predicted_peak_bytes <= 0.8 * cap < exact.predicted_peak_bytes
