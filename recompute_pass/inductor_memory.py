@@ -44,6 +44,9 @@ from recompute_pass.liveness import PeakEstimate, backward_names
 
 ir = ti.inductor_ir
 
+# ``score_fusion_memory_threshold`` above any buffer's bytes: no horizontal fusion.
+NO_HORIZONTAL_FUSION = 2**62
+
 
 @dataclass(frozen=True)
 class Event:
@@ -81,6 +84,29 @@ def plan_graph(
     """Inductor's memory events for ``graph`` (left unchanged). ``input_strides``: the
     strides placeholders really have (the compiled forward's output strides). ``patches``:
     Inductor config to compile under."""
+    (_, plan), *_ = plan_graph_variants(
+        graph,
+        is_backward=is_backward,
+        donated=donated,
+        input_strides=input_strides,
+        patches=patches,
+        without_reuse=False,
+    )
+    return plan
+
+
+def plan_graph_variants(
+    graph: fx.GraphModule,
+    *,
+    is_backward: bool,
+    donated: Sequence[int] = (),
+    input_strides: dict[str, tuple[int, ...]] | None = None,
+    patches: dict[str, object] | None = None,
+    without_reuse: bool = True,
+) -> list[tuple[dict[str, object], GraphPlan]]:
+    """``plan_graph`` under ``patches``, and (``without_reuse``, where the config reuses
+    buffers) also with Inductor's buffer reuse off, from the same lowering: the reuse is
+    decided in the wrapper, after scheduling. Each plan comes with the config it assumes."""
     copy = _copy(graph)
     fake_mode = ti.detect_fake_mode([n.meta.get("val") for n in copy.graph.find_nodes(op="placeholder")])
     for node in copy.graph.find_nodes(op="placeholder"):
@@ -95,15 +121,23 @@ def plan_graph(
                 val = val.as_strided(val.size(), stride)
         node.meta = {**node.meta, "val": val}  # the copy's meta, not the caller's
     order = {node: i for i, node in enumerate(copy.graph.nodes)}
+    patches = dict(patches or {})
     schedule = ti.inductor_schedule(copy, is_backward=is_backward, donated=donated, patches=patches)
     with schedule as (lowering, scheduler):
-        events = _WrapperPlan(lowering, scheduler, order).run()
-        return GraphPlan(
-            events=tuple(events),
-            inputs=tuple(lowering.graph_inputs),
-            outputs=tuple(_storage_name(out) for out in lowering.graph_outputs),
-            output_strides=tuple(_strides(out) for out in lowering.graph_outputs),
-        )
+        variants = [(patches, bool(ti.inductor_config.allow_buffer_reuse))]
+        if without_reuse and variants[0][1]:
+            variants.append(({**patches, "allow_buffer_reuse": False}, False))
+        plans = []
+        for config, reuse in variants:
+            events = _WrapperPlan(lowering, scheduler, order, reuse=reuse).run()
+            plan = GraphPlan(
+                events=tuple(events),
+                inputs=tuple(lowering.graph_inputs),
+                outputs=tuple(_storage_name(out) for out in lowering.graph_outputs),
+                output_strides=tuple(_strides(out) for out in lowering.graph_outputs),
+            )
+            plans.append((config, plan))
+        return plans
 
 
 def predict_peak(
@@ -153,32 +187,48 @@ def _predict_peak(
     }
     best = None
     for patches in _backward_variants():
-        bwd = plan_graph(backward, is_backward=True, donated=donated, input_strides=strides, patches=patches)
-        run = memory.copy()
-        run.replay(bwd.events, "backward")
-        estimate = dataclasses.replace(run.estimate(), compile_patches=tuple(sorted(patches.items())))
-        if best is None or estimate.peak_bytes < best.peak_bytes:
-            best = estimate
+        for config, bwd in plan_graph_variants(
+            backward, is_backward=True, donated=donated, input_strides=strides, patches=patches
+        ):
+            run = memory.copy()
+            run.replay(bwd.events, "backward")
+            estimate = dataclasses.replace(run.estimate(), compile_patches=tuple(sorted(config.items())))
+            if best is None or estimate.peak_bytes < best.peak_bytes:
+                best = estimate
     assert best is not None
     return best
 
 
 def _backward_variants() -> list[dict[str, object]]:
-    """The configs the backward is planned under: the user's, and without Inductor's
-    reordering for peak memory. That pass keeps the order its own estimate prefers, which
-    can rank a recomputing backward's orders wrongly: it pulls recomputation ahead of where
-    the partitioner placed it (the zoo's Llama at 856 tokens: 96 MiB reordered, 79 MiB
-    not). The partitioner compiles the backward under the variant that peaks lower."""
-    if not ti.inductor_config.reorder_for_peak_memory:
-        return [{}]
-    return [{}, {"reorder_for_peak_memory": False}]
+    """The configs the backward is planned under: the user's, and each with one of two
+    Inductor heuristics turned off that rank a recomputing backward's memory wrongly; the
+    partitioner compiles the backward under the variant that peaks lower.
+
+    - ``reorder_for_peak_memory`` keeps the order its own estimate prefers and can pull
+      recomputation ahead of where the partitioner placed it (the zoo's Llama at 856
+      tokens: 96 MiB reordered, 79 MiB not).
+    - Horizontal fusion (kernels that share inputs but not data flow) fuses a recomputed
+      tensor's consumers late into one kernel, so what the partitioner rebuilt to free
+      early stays live beside the gradients (nanoGPT's attention at 432 tokens: the
+      recomputed dropout output lives beside its own gradient, 119 MB; unfused, 99 MB).
+      ``score_fusion_memory_threshold`` gates only horizontal fusion in torch 2.13.
+    """
+    variants: list[dict[str, object]] = [{}]
+    if ti.inductor_config.reorder_for_peak_memory:
+        variants.append({"reorder_for_peak_memory": False})
+    if ti.inductor_config.score_fusion_memory_threshold < NO_HORIZONTAL_FUSION:
+        variants.append({"score_fusion_memory_threshold": NO_HORIZONTAL_FUSION})
+    return variants
 
 
 class _WrapperPlan:
     """The wrapper's memory lines for one scheduled graph, as events."""
 
-    def __init__(self, lowering: object, scheduler: object, order: dict[fx.Node, int]) -> None:
+    def __init__(
+        self, lowering: object, scheduler: object, order: dict[fx.Node, int], *, reuse: bool
+    ) -> None:
         self.lowering = lowering
+        self.reuse = reuse  # ``config.allow_buffer_reuse``: freed buffers go to a pool
         self.order = order
         self.scheduler = scheduler
         self.nodes = list(scheduler.nodes)  # type: ignore[attr-defined]
@@ -340,7 +390,7 @@ class _WrapperPlan:
                 if not name_to_buf[name].can_free():
                     continue
                 self.freed.add(name)
-                key = _reuse_key(name_to_buf[name].node)
+                key = _reuse_key(name_to_buf[name].node) if self.reuse else None
                 if key is not None:
                     self.pool.setdefault(key, []).append((name, index))
                 self.events.append(Event("free", name))  # undone if a later allocation takes it

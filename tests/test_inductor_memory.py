@@ -9,10 +9,12 @@ three peak budgets (the prediction, and that the measured peak falls with the bu
 
 from __future__ import annotations
 
+import ast
 import functools
 import itertools
 import logging
 import os
+import re
 
 import pytest
 import torch
@@ -136,14 +138,17 @@ def test_failed_inductor_model_falls_back_to_the_walk(
 
 
 def test_backward_compiles_under_the_config_its_peak_assumes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without Inductor's reordering for peak memory this 2-layer Llama's recomputing
-    backward peaks lower (``inductor_memory._backward_variants``): the backward must then be
-    compiled without it, or the predicted peak is of another program."""
-    compiled: list[tuple[bool, bool]] = []
+    """This 2-layer Llama's recomputing backward peaks lower under an Inductor config other
+    than the user's (``inductor_memory._backward_variants``): the backward must then be
+    compiled under it, or the predicted peak is of another program."""
+    watched = ("reorder_for_peak_memory", "score_fusion_memory_threshold", "allow_buffer_reuse")
+    user = {key: getattr(ti.inductor_config, key) for key in watched}
+    compiled: list[tuple[bool, dict[str, object]]] = []
     inner = ti.compile_fx_inner
 
     def spy(gm: torch.fx.GraphModule, example_inputs: object, **kwargs: object) -> object:
-        compiled.append((bool(kwargs.get("is_backward")), ti.inductor_config.reorder_for_peak_memory))
+        config = {key: getattr(ti.inductor_config, key) for key in watched}
+        compiled.append((bool(kwargs.get("is_backward")), config))
         return inner(gm, example_inputs, **kwargs)
 
     monkeypatch.setattr(ti, "compile_fx_inner", spy)
@@ -165,7 +170,11 @@ def test_backward_compiles_under_the_config_its_peak_assumes(monkeypatch: pytest
         )
     assert_same_step(Step(loss.detach(), grads, 0, reports), eager)
     (report,) = reports
-    assert "backward compiled with Inductor's reorder_for_peak_memory=False (peaks lower)" in report.notes
-    assert compiled == [(False, True), (True, False)]
+    note = re.compile(r"backward compiled with Inductor's (\w+)=(.+) \(peaks lower\)")
+    noted = [note.fullmatch(text) for text in report.notes]
+    patches = {m.group(1): ast.literal_eval(m.group(2)) for m in noted if m is not None}
+    assert patches and set(patches) <= set(watched), report.notes
+    assert all(patches[key] != user[key] for key in patches)
+    assert compiled == [(False, user), (True, {**user, **patches})]
     predicted = report.predicted_peak_bytes
     assert abs(predicted - memory.peak_bytes) <= TOLERANCE * memory.peak_bytes, (predicted, memory.peak_bytes)
