@@ -35,6 +35,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import sympy
 import torch
 from torch import fx
 
@@ -70,7 +71,7 @@ class GraphPlan:
     events: tuple[Event, ...]
     inputs: tuple[str, ...]  # placeholder names, in order
     outputs: tuple[str | None, ...]  # per graph output: the storage holding it (None: not a tensor)
-    output_strides: tuple[tuple[int, ...] | None, ...]
+    output_strides: tuple[tuple[sympy.Expr, ...] | None, ...]  # symbolic under dynamic shapes
 
 
 def plan_graph(
@@ -78,7 +79,7 @@ def plan_graph(
     *,
     is_backward: bool,
     donated: Sequence[int] = (),
-    input_strides: dict[str, tuple[int, ...]] | None = None,
+    input_strides: dict[str, tuple[sympy.Expr, ...]] | None = None,
     patches: dict[str, object] | None = None,
 ) -> GraphPlan:
     """Inductor's memory events for ``graph`` (left unchanged). ``input_strides``: the
@@ -100,7 +101,7 @@ def plan_graph_variants(
     *,
     is_backward: bool,
     donated: Sequence[int] = (),
-    input_strides: dict[str, tuple[int, ...]] | None = None,
+    input_strides: dict[str, tuple[sympy.Expr, ...]] | None = None,
     patches: dict[str, object] | None = None,
     without_reuse: bool = True,
 ) -> list[tuple[dict[str, object], GraphPlan]]:
@@ -116,9 +117,9 @@ def plan_graph_variants(
         if not ti.is_fake_tensor(val):  # a generator state tensor
             val = fake_mode.from_tensor(val)
         stride = (input_strides or {}).get(node.name)
-        if stride is not None and tuple(val.stride()) != stride:
+        if stride is not None and not _same_strides(val.stride(), stride):
             with fake_mode:
-                val = val.as_strided(val.size(), stride)
+                val = val.as_strided(val.size(), [ti.symint_of(fake_mode.shape_env, s) for s in stride])
         node.meta = {**node.meta, "val": val}  # the copy's meta, not the caller's
     order = {node: i for i, node in enumerate(copy.graph.nodes)}
     patches = dict(patches or {})
@@ -497,11 +498,25 @@ def _storage_name(node: object) -> str | None:
     return node.get_name() if isinstance(node, ir.Buffer) else None
 
 
-def _strides(node: object) -> tuple[int, ...] | None:
+def _strides(node: object) -> tuple[sympy.Expr, ...] | None:
+    """An output's strides as Inductor laid it out, as expressions: at the hints they would
+    say a dynamic-shape output of another layout than its symbolic strides."""
     try:
-        return tuple(ti.inductor_size_hint(s) for s in node.get_layout().stride)  # type: ignore[attr-defined]
+        return tuple(sympy.sympify(s) for s in node.get_layout().stride)  # type: ignore[attr-defined]
     except (AttributeError, NotImplementedError, TypeError):
         return None
+
+
+def _same_strides(actual: Sequence[object], wanted: Sequence[sympy.Expr]) -> bool:
+    """Equal as expressions; comparing SymInts would evaluate them at their trace-time
+    hints (no guard either way: a prediction must not add one)."""
+
+    def expr(value: object) -> sympy.Expr:
+        return value.node.expr if isinstance(value, torch.SymInt) else sympy.sympify(value)
+
+    return len(actual) == len(wanted) and all(
+        sympy.expand(expr(a) - w) == 0 for a, w in zip(actual, wanted, strict=True)
+    )
 
 
 def _reuse_key(node: object) -> object:

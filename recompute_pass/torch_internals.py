@@ -133,6 +133,7 @@ __all__ = [
     "input_dim_of",
     "shape_env_hints",
     "symbol_sources",
+    "symint_of",
     "is_bwd_seed_offset",
     "is_fake_tensor",
     "is_functional_op",
@@ -403,6 +404,13 @@ def compile_fx_inner_patched(gm: fx.GraphModule, example_inputs: Sequence[object
     hands the partitioner's graphs to it, the backward possibly at its first call)."""
     with inductor_config.patch(dict(gm.meta.get(COMPILE_PATCHES, {}))):
         return compile_fx_inner(gm, example_inputs, **kwargs)
+
+
+def symint_of(shape_env: ShapeEnv, expr: sympy.Expr) -> int | torch.SymInt:
+    """``expr`` over ``shape_env``'s symbols as a size a fake tensor can take."""
+    if expr.is_number:
+        return int(expr)
+    return shape_env.create_symintnode(expr, hint=None)
 
 
 def inductor_size_hint(expr: object) -> int:
