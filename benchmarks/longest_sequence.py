@@ -2,7 +2,8 @@
 
     python -m benchmarks.longest_sequence --model llama --cap 256MiB [--cap 64MiB ...]
         [--low 64] [--high 4096] [--multiple 16] [--repeats 3] [--path inductor|graphs]
-        [--systems compile checkpoint budget_0 budget_0.5 ours] [--out benchmarks/results/longest_sequence]
+        [--systems compile checkpoint budget_0 budget_0.5 ours] [--rng eager|inductor]
+        [--out benchmarks/results/longest_sequence]
 
 For every system the longest sequence whose measured peak fits the cap is found by
 measured bisection on multiples of ``--multiple`` (galloping up from ``--low``, so no step
@@ -11,6 +12,12 @@ is compiled once, ``dynamic=True``, and run at every length. Ours is ``fit_longe
 answer (one trace, no step run), then checked: its plan's measured boundary, its peak at
 the fitted length, and its gradients against eager there. The peak is the one definition
 (README, "Budget semantics"), measured with the profiler's allocation events on CPU.
+
+Random ops draw as in eager (``--rng eager``, the default: Inductor's ``fallback_random``),
+so gradients compare with eager. ``--rng inductor`` keeps Inductor's own RNG, what a user
+of ``torch.compile`` runs: dropout is then a fused in-kernel draw from a saved seed, with
+other plans and peaks, and ours' gradients compare with ``torch.compile``'s under the same
+seeds (results named ``..._inductor-rng``).
 
 Results (one JSON per model and cap, the table and plots) go to ``--out``, whose
 ``RESULTS.md`` is rebuilt from every JSON there (``benchmarks.longest_report``).
@@ -221,11 +228,13 @@ def run_system(system: str, args: argparse.Namespace, cap: int, grid: list[int])
 
 
 def _grad_diff(runner: Runner, args: argparse.Namespace, n: int, shape: Shape) -> float:
-    """Max |compiled - eager| gradient over the largest eager gradient, at length ``n``."""
+    """Max |ours - reference| gradient over the largest reference gradient, at length
+    ``n``. The reference: eager, or under ``--rng inductor`` ``torch.compile`` (the same
+    Inductor draws from the same seeds)."""
     actual = runner.grads(n)
-    eager = Runner(build_model(args.model, shape, runner.model.cfg.seq), None, runner.make_inputs)  # type: ignore[arg-type]
-    eager.step = eager.model
-    expected = eager.grads(n)
+    model = build_model(args.model, shape, runner.model.cfg.seq)
+    step = model if args.rng == "eager" else torch.compile(model, dynamic=True)
+    expected = Runner(model, step, runner.make_inputs).grads(n)
     scale = max(g.abs().max().item() for g in expected.values()) or 1.0
     return max((actual[k] - g).abs().max().item() for k, g in expected.items()) / scale
 
@@ -260,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=None, help="default: the size's batch")
     parser.add_argument("--path", choices=("inductor", "graphs"), default="inductor")
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    parser.add_argument(
+        "--rng", choices=("eager", "inductor"), default="eager", help="whose random draws (see above)"
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/longest_sequence"))
     args = parser.parse_args(argv)
     grid = list(range(-(-args.low // args.multiple) * args.multiple, args.high + 1, args.multiple))
@@ -268,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(torch.get_num_threads())
-    with ti.inductor_config.patch(force_disable_caches=True, fallback_random=True):
+    variant = args.path if args.rng == "eager" else f"{args.path}-rng"
+    with ti.inductor_config.patch(force_disable_caches=True, fallback_random=args.rng == "eager"):
         for cap in args.cap:
             started = time.perf_counter()
             print(f"{args.model} at cap {cap / 2**20:.1f} MiB, lengths {grid[0]}..{grid[-1]}", flush=True)
@@ -287,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
                 "model": args.model,
                 "cap": cap,
                 "command": command,
-                "path": args.path,
+                "path": variant,
                 "size": args.size,
                 "batch": args.batch or SHAPES[args.size].batch,
                 "grid": [grid[0], grid[-1], args.multiple],
@@ -295,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
                 "torch": torch.__version__,
                 "results": [dataclasses.asdict(r) for r in results],
             }
-            path = args.out / f"{args.model}_{cap >> 20}MiB_{args.path}.json"
+            path = args.out / f"{args.model}_{cap >> 20}MiB_{variant}.json"
             if path.exists():  # a rerun of some systems: keep the others' results
                 record = _merged(json.loads(path.read_text()), record)
             path.write_text(json.dumps(record, indent=1))

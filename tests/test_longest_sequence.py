@@ -105,3 +105,10 @@ def test_tiny_run_end_to_end(tmp_path) -> None:
     assert ours["predicted"] == ours["longest"]  # exact without codegen
     assert ours["measured_at_predicted"] <= record["cap"] and ours["grad_diff"] <= 1e-4
     assert "recompute: fit_longest" in (tmp_path / "RESULTS.md").read_text()
+
+
+def test_inductor_rng_targets_compare_gradients_with_torch_compile() -> None:
+    """Under ``--rng inductor`` eager draws other masks: the reference is torch.compile."""
+    record = {**_record(112, 112, 64), "path": "inductor-rng"}
+    names = [name for name, _, _ in targets(record)]
+    assert "gradients equal to torch.compile's" in names and "gradients equal to eager" not in names

@@ -321,14 +321,14 @@ recomputed (views, free, not listed: 22):
             report_text("llama_block", memory_budget=0.5, compiler="inductor"),
             """\
 solver: peak, device: cpu
-budget (peak): ratio 0.5 -> 92,552 B (range 84,104..101,000 B)
+budget (peak): ratio 0.5 -> 92,488 B (range 83,976..101,000 B)
 saved: 38,912 B in 7 activations (+11 static inputs)
 recomputed: 56 ops, 219,968 FLOP, est. 61.3 us
 predicted peak: 88,072 B (backward: mul#6; inductor model)
 note: peak search over 13 plans, 6 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
-      84,104         103 us
+      83,976        82.7 us
       88,072        72.2 us
       96,392        52.2 us
      100,488          42 us
