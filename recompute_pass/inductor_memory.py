@@ -128,16 +128,13 @@ def plan_graph_variants(
         variants = [(patches, bool(ti.inductor_config.allow_buffer_reuse))]
         if without_reuse and variants[0][1]:
             variants.append(({**patches, "allow_buffer_reuse": False}, False))
+        inputs = tuple(lowering.graph_inputs)
+        outputs = tuple(_storage_name(out) for out in lowering.graph_outputs)
+        strides = tuple(_strides(out) for out in lowering.graph_outputs)
         plans = []
         for config, reuse in variants:
-            events = _WrapperPlan(lowering, scheduler, order, reuse=reuse).run()
-            plan = GraphPlan(
-                events=tuple(events),
-                inputs=tuple(lowering.graph_inputs),
-                outputs=tuple(_storage_name(out) for out in lowering.graph_outputs),
-                output_strides=tuple(_strides(out) for out in lowering.graph_outputs),
-            )
-            plans.append((config, plan))
+            events = tuple(_WrapperPlan(lowering, scheduler, order, reuse=reuse).run())
+            plans.append((config, GraphPlan(events, inputs, outputs, strides)))
         return plans
 
 
