@@ -81,33 +81,13 @@ def plan_graph(
     donated: Sequence[int] = (),
     input_strides: dict[str, tuple[sympy.Expr, ...]] | None = None,
     patches: dict[str, object] | None = None,
-) -> GraphPlan:
-    """Inductor's memory events for ``graph`` (left unchanged). ``input_strides``: the
-    strides placeholders really have (the compiled forward's output strides). ``patches``:
-    Inductor config to compile under."""
-    (_, plan), *_ = plan_graph_variants(
-        graph,
-        is_backward=is_backward,
-        donated=donated,
-        input_strides=input_strides,
-        patches=patches,
-        without_reuse=False,
-    )
-    return plan
-
-
-def plan_graph_variants(
-    graph: fx.GraphModule,
-    *,
-    is_backward: bool,
-    donated: Sequence[int] = (),
-    input_strides: dict[str, tuple[sympy.Expr, ...]] | None = None,
-    patches: dict[str, object] | None = None,
-    without_reuse: bool = True,
+    without_reuse: bool = False,
 ) -> list[tuple[dict[str, object], GraphPlan]]:
-    """``plan_graph`` under ``patches``, and (``without_reuse``, where the config reuses
-    buffers) also with Inductor's buffer reuse off, from the same lowering: the reuse is
-    decided in the wrapper, after scheduling. Each plan comes with the config it assumes."""
+    """Inductor's memory events for ``graph`` (left unchanged) under ``patches``, and
+    (``without_reuse``, where the config reuses buffers) also with Inductor's buffer reuse
+    off, from the same lowering: the reuse is decided in the wrapper, after scheduling.
+    Each plan comes with the config it assumes. ``input_strides``: the strides
+    placeholders really have (the compiled forward's output strides)."""
     copy = _copy(graph)
     fake_mode = ti.detect_fake_mode([n.meta.get("val") for n in copy.graph.find_nodes(op="placeholder")])
     for node in copy.graph.find_nodes(op="placeholder"):
@@ -153,7 +133,7 @@ def _predict_peak(
     forward: fx.GraphModule, backward: fx.GraphModule, num_user_outputs: int, hints: SizeHints
 ) -> PeakEstimate:
     memory = _Storages()
-    fwd = plan_graph(forward, is_backward=False)
+    (_, fwd), *_ = plan_graph(forward, is_backward=False)
     for name in fwd.inputs:
         memory.bind_external("forward", name)
     memory.replay(fwd.events, "forward")
@@ -185,9 +165,15 @@ def _predict_peak(
     }
     best = None
     for patches in _backward_variants():
-        for config, bwd in plan_graph_variants(
-            backward, is_backward=True, donated=donated, input_strides=strides, patches=patches
-        ):
+        planned = plan_graph(
+            backward,
+            is_backward=True,
+            donated=donated,
+            input_strides=strides,
+            patches=patches,
+            without_reuse=True,
+        )
+        for config, bwd in planned:
             run = memory.copy()
             run.replay(bwd.events, "backward")
             estimate = dataclasses.replace(run.estimate(), compile_patches=tuple(sorted(config.items())))
