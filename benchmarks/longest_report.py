@@ -70,7 +70,7 @@ def targets(record: dict) -> list[tuple[str, bool | None, str]]:
         )
     )
     diff = ours["grad_diff"]
-    reference = "torch.compile's" if record["path"].endswith("-rng") else "eager"  # --rng inductor
+    reference = "torch.compile's" if record.get("rng") == "inductor" else "eager"  # --rng
     rows.append(
         (
             f"gradients equal to {reference}",

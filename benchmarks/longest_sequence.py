@@ -301,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                 "cap": cap,
                 "command": command,
                 "path": variant,
+                "rng": args.rng,
                 "size": args.size,
                 "batch": args.batch or SHAPES[args.size].batch,
                 "grid": [grid[0], grid[-1], args.multiple],

@@ -109,6 +109,6 @@ def test_tiny_run_end_to_end(tmp_path) -> None:
 
 def test_inductor_rng_targets_compare_gradients_with_torch_compile() -> None:
     """Under ``--rng inductor`` eager draws other masks: the reference is torch.compile."""
-    record = {**_record(112, 112, 64), "path": "inductor-rng"}
+    record = {**_record(112, 112, 64), "path": "inductor-rng", "rng": "inductor"}
     names = [name for name, _, _ in targets(record)]
     assert "gradients equal to torch.compile's" in names and "gradients equal to eager" not in names
