@@ -16,8 +16,9 @@ as ``benchmarks.run --path graphs`` does), and ``torch.set_num_threads(--threads
    machine noise hits all alike.
 2. **Per-op error.** Each timed op (distinct op, shapes, layout) of the model's joint graph:
    the roofline's kernel estimate and the isolated measurement, against the op's mean time
-   inside a real step under ``torch.profiler`` (the budget-0 roofline plan, which runs
-   every op forward and many again in backward). Matched on op name and input shapes.
+   inside real steps (the budget-0 roofline plan, which runs every op forward and many
+   again in backward), the partitioned graphs run op by op with a clock around each call
+   (``_OpClock``). Matched on op name and input shapes.
 3. **Fusion error.** Measured costs price a pointwise op fused into a neighbour's kernel by
    its arithmetic, timed per op (``cost_model.measure``). For pointwise chains from the
    models, Inductor compiles ``g * chain(x)`` and ``g * y`` (y saved); the difference is
@@ -51,7 +52,6 @@ from pathlib import Path
 import torch
 from torch import fx, nn
 from torch.fx.experimental.proxy_tensor import make_fx
-from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.cases import SHAPES, SIZES, bench_cases
 from benchmarks.models import GPT, GPTConfig
@@ -61,7 +61,7 @@ from benchmarks.snapshot import git_state
 from benchmarks.systems import make_backend
 from benchmarks.worker import _build, _clear_grads, _eager_step, _grad_diff, _grads, benchmark_settings
 from cost_model import SizeHints, estimate_runtime, get_profile, measure_op_times, node_cost
-from cost_model.torch_internals import schema_name
+from cost_model.torch_internals import is_op_overload, schema_name
 from recompute_pass import PartitionReport, RecomputeOptions, RecomputePartitioner, capture_reports
 from recompute_pass import torch_internals as ti
 from recompute_pass.costing import measure
@@ -320,15 +320,10 @@ def _joint(model: nn.Module, inputs: tuple[torch.Tensor, ...]):
     )
 
 
-def _profiler_key(name: str, shapes: Sequence[object]) -> str:
-    dims = [tuple(s) for s in shapes if isinstance(s, list) and s and all(isinstance(d, int) for d in s)]
-    return f"{name}{dims}"
-
-
 def op_errors(
-    model_name: str, model: nn.Module, inputs: tuple[torch.Tensor, ...], cache_dir: Path, steps: int = 3
+    model_name: str, model: nn.Module, inputs: tuple[torch.Tensor, ...], cache_dir: Path, steps: int = 9
 ) -> list[OpError]:
-    """Per timed op: roofline and isolated measurement against its mean time inside a step."""
+    """Per timed op: roofline and isolated measurement against its time inside a step."""
     joint = _joint(model, inputs)
     measured = measure(joint, compiler=None, cache_dir=str(cache_dir), time_limit=60.0).times
     hints = SizeHints.from_graph(joint.module)
@@ -336,35 +331,31 @@ def op_errors(
     groups: dict[str, list[fx.Node]] = {}
     for node in measured.seconds:
         shapes = [
-            list(_hinted(a.meta["val"].shape, hints))
+            tuple(_hinted(a.meta["val"].shape, hints))
             for a in node.args
             if isinstance(a, fx.Node) and isinstance(a.meta.get("val"), torch.Tensor)
         ]
-        groups.setdefault(_profiler_key(schema_name(node.target), shapes), []).append(node)
+        groups.setdefault(f"{schema_name(node.target)}{shapes}", []).append(node)
 
-    # The budget-0 roofline plan: every op runs forward, many again in backward.
+    # The budget-0 roofline plan (every op runs forward, many again in backward), op by op.
+    clock = _OpClock()
     step = copy.deepcopy(model)
     options = RecomputeOptions(memory_budget=0.0, fallback=False)
-    fn = torch.compile(
-        step, backend=make_backend(RecordingPartitioner(RecomputePartitioner(options)), "graphs")
-    )
+    fn = torch.compile(step, backend=ti.eager_aot_backend(RecomputePartitioner(options), clock.runner))
     torch._dynamo.reset()
-    fn(*inputs).backward()
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-        for _ in range(steps):
-            _clear_grads(step)
-            fn(*inputs).backward()
-    in_step: dict[str, tuple[float, int]] = {}
-    for event in prof.key_averages(group_by_input_shape=True):
-        key = _profiler_key(event.key, event.input_shapes or [])
-        total, count = in_step.get(key, (0.0, 0))
-        in_step[key] = (total + event.cpu_time_total * 1e-6, count + event.count)
+    for _ in range(2):
+        _clear_grads(step)
+        fn(*inputs).backward()
+    clock.on = True
+    for _ in range(steps):
+        _clear_grads(step)
+        fn(*inputs).backward()
+    clock.on = False
 
     errors = []
     for key, nodes in sorted(groups.items()):
-        if key not in in_step:
+        if key not in clock.seconds:
             continue
-        total, count = in_step[key]
         errors.append(
             OpError(
                 model=model_name,
@@ -375,10 +366,46 @@ def op_errors(
                     estimate_runtime(node_cost(n), roofline_profile, hints) for n in nodes
                 ),
                 measured_seconds=statistics.mean(measured.seconds[n] for n in nodes),
-                in_step_seconds=total / count,
+                in_step_seconds=statistics.mean(clock.seconds[key]),
             )
         )
     return errors
+
+
+def _op_key(target: object, args: Sequence[object]) -> str:
+    """An op and the shapes of its tensor arguments: ``aten::mm[(1024, 128), (128, 512)]``."""
+    shapes = [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]
+    return f"{schema_name(target)}{shapes}"
+
+
+class _OpClock:
+    """Runs partitioned graphs op by op and, while ``on``, times each ATen op call alone
+    (``perf_counter`` around it), per :func:`_op_key`; a replayed random op counts as the op
+    it replays. Unlike ``torch.profiler``, which on the benchmark machine made the step 7x
+    slower and its pointwise ops up to 10x, it adds nothing inside the timed call."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.seconds: dict[str, list[float]] = {}
+
+    def runner(self, gm: fx.GraphModule, phase: str) -> Callable[..., object]:
+        clock = self
+
+        class Timed(fx.Interpreter):
+            def call_function(self, target, args, kwargs):  # type: ignore[no-untyped-def]
+                start = time.perf_counter()
+                out = target(*args, **kwargs)
+                seconds = time.perf_counter() - start
+                if clock.on:
+                    if target is ti.run_and_save_rng_state:
+                        target, args = args[0], args[1:]
+                    elif target is ti.run_with_rng_state:
+                        target, args = args[1], args[2:]
+                    if is_op_overload(target):
+                        clock.seconds.setdefault(_op_key(target, args), []).append(seconds)
+                return out
+
+        return lambda *args: Timed(gm).run(*args)
 
 
 def _hinted(shape: Sequence[object], hints: SizeHints) -> list[int]:

@@ -117,7 +117,7 @@ def plot(plans: Sequence[PlanRecord], errors: Sequence[OpError], out: Path) -> P
         right.plot([lo, hi], [lo, hi], color="gray", lw=0.8, ls="--")
         right.set_xscale("log")
         right.set_yscale("log")
-    right.set_xlabel("time inside a step, profiler (us)")
+    right.set_xlabel("time inside a step (us)")
     right.set_ylabel("estimated kernel time (us)")
     right.set_title("Per op: estimate against the in-step time")
     right.legend(fontsize=8)
@@ -297,8 +297,9 @@ def write_results(
         "## Per-op error: estimated against in-step kernel time",
         "",
         "Each distinct timed op of the model's joint graph (op, input shapes), against its mean time per "
-        "call inside the steps of the budget-0 roofline plan under `torch.profiler` (which adds its own "
-        'overhead to every call, a few us). Roofline: the `device="auto"` profile\'s unfused kernel '
+        "call inside the steps of the budget-0 roofline plan, its graphs run op by op with a clock around "
+        "each call (`torch.profiler` slowed this machine's steps 7x). A replayed random op counts as the "
+        'op it replays. Roofline: the `device="auto"` profile\'s unfused kernel '
         "estimate; measured: the isolated timing of `cost_model.measure`. `weighted error` = "
         "sum |estimate - in-step| / sum in-step; `median ratio` = median of estimate / in-step.",
         "",

@@ -12,10 +12,14 @@ higher-order ops are not timed, nor ops with data-dependent sizes):
 - kernel mode: the op alone, at its shapes (at the size hints), strides, dtypes and device,
   on inputs of random values in [0.5, 1.5) (integer tensors are zero, so any index is
   valid; bools random). Two warm-up calls, then ``repeats`` rounds, each of enough calls to
-  last ``MIN_ROUND_SECONDS``; the median per call. As in a step, inputs come from memory,
-  not cache (calls rotate over copies of them, ``_cold_copies``), and outputs land in
-  memory not in cache (held until the round is timed, ``_per_call``). The same quantity as
-  the roofline's unfused estimate: launch, memory traffic and arithmetic.
+  last ``MIN_ROUND_SECONDS``; the fastest round's time per call, as ``calibrate`` takes
+  (a slower round was disturbed: another process, a page fault, a burst of memory traffic
+  on a shared machine; on the 2-core VM the benchmarks run on, the median of 5 rounds of a
+  memory-bound op moved by up to 30x between two runs, the fastest round by under 2x). As
+  in a step, inputs come from memory, not cache (calls rotate over copies of them,
+  ``_cold_copies``), and outputs land in memory not in cache (held until the round is
+  timed, ``_per_call``). The same quantity as the roofline's unfused estimate: launch,
+  memory traffic and arithmetic.
 - fused mode (pointwise ops the caller says run inside a neighbour's kernel): only the
   op's arithmetic, the roofline's ``fused=True`` quantity. Measured per op, as the extra
   time per element over a copy: the slope of the op's time between two cache-resident
@@ -56,7 +60,6 @@ import math
 import os
 import platform
 import re
-import statistics
 import tempfile
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -87,7 +90,7 @@ COLD_BYTES = 64 << 20  # inputs rotated over copies spanning this, to come from 
 MAX_COPIES = 16
 CPU_GRAIN = 32_768  # ATen's parallel grain: smaller pointwise kernels run on one thread
 _FUSED_SIZES = {"cpu": (2_048, 16_384), "cuda": (1 << 20, 1 << 23)}  # elements, per device type
-_FORMAT = 1
+_FORMAT = 2  # 2: fastest round, not the median
 _UNTIMED = frozenset({OpKind.NONE, OpKind.VIEW, OpKind.COLLECTIVE})
 
 
@@ -358,7 +361,7 @@ def _per_call(
     *,
     hold: bool = False,
 ) -> float | None:
-    """Median seconds per call over ``repeats`` rounds, after two warm-up calls.
+    """Seconds per call in the fastest of ``repeats`` rounds, after two warm-up calls.
 
     ``hold``: every output of a round stays alive until the round is timed, so each call
     writes memory that is not in cache, as in a step, where outputs outlive the op that
@@ -388,7 +391,7 @@ def _per_call(
         sync()
         rounds.append((time.perf_counter() - t0) / calls)
         del held
-    return statistics.median(rounds)
+    return min(rounds)
 
 
 def _discard(value: object) -> None:

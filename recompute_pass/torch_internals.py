@@ -37,6 +37,7 @@ from torch._functorch._aot_autograd.utils import (
     _is_fwd_seed_offset,
     _is_primal,
     _is_tangent,
+    make_boxed_func,
 )
 from torch._functorch.compile_utils import fx_graph_cse, raise_getitems
 from torch._functorch.partitioners import (
@@ -151,6 +152,7 @@ __all__ = [
     "region_memory_budget",
     "replayable_rng_state_bytes",
     "reordering_to_mimic_autograd_engine",
+    "run_and_save_rng_state",
     "run_with_rng_state",
     "select_decomp_table",
     "thread_graphsafe_rng_from_hops",
@@ -283,18 +285,36 @@ def decide_layout_opt(gm: fx.GraphModule) -> bool:
     return GraphLowering.decide_layout_opt(gm, is_inference=False)
 
 
-def eager_aot_backend(partition_fn: Callable[..., Any]) -> Callable[..., Any]:
+def eager_aot_backend(
+    partition_fn: Callable[..., Any],
+    graph_compiler: Callable[[fx.GraphModule, str], Callable[..., Any]] | None = None,
+) -> Callable[..., Any]:
     """AOTAutograd with Inductor's decompositions and no codegen (``aot_eager_decomp_partition``).
 
     The joint graph is the one Inductor would see minus Inductor's own joint-graph passes,
     so partitions can be tested in seconds instead of minutes of C++ compilation.
+    ``graph_compiler(graph, "forward" | "backward")``, if given, returns what runs each
+    partitioned graph (called with the graph's inputs unpacked), in place of the graph itself.
     """
+    if graph_compiler is None:
+        fw_compiler = bw_compiler = get_nop_func()
+    else:
+        fw_compiler, bw_compiler = (_boxed(graph_compiler, phase) for phase in ("forward", "backward"))
     return aot_autograd(
-        fw_compiler=get_nop_func(),
-        bw_compiler=get_nop_func(),
+        fw_compiler=fw_compiler,
+        bw_compiler=bw_compiler,
         decompositions=select_decomp_table,
         partition_fn=partition_fn,
     )
+
+
+def _boxed(
+    graph_compiler: Callable[[fx.GraphModule, str], Callable[..., Any]], phase: str
+) -> Callable[..., Any]:
+    def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[object]) -> Callable[..., Any]:
+        return make_boxed_func(graph_compiler(gm, phase))
+
+    return compile_graph
 
 
 _SUBCLASS_PARTS = (SubclassGetAttrAOTInput, SubclassSizeAOTInput, SubclassStrideAOTInput)

@@ -305,6 +305,21 @@ def test_under_inductor_pointwise_ops_are_priced_fused(
     assert fused > 0
 
 
+def test_an_op_costs_its_fastest_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slower round was disturbed (another process, a page fault): the median of a few
+    rounds moved several-fold between runs on a shared machine, the fastest one did not."""
+    now = [0.0]
+    per_call = iter([1e-3, 1e-3, 5e-3, 1e-3, 3e-3, 2e-3, 4e-3])  # two warm-up calls, then rounds
+
+    def call() -> None:
+        now[0] += next(per_call)
+
+    clock = type("Clock", (), {"perf_counter": staticmethod(lambda: now[0])})
+    monkeypatch.setattr(measure_mod, "time", clock)
+    seconds = measure_mod._per_call(call, lambda: None, repeats=5, deadline=1.0)
+    assert seconds == 1e-3  # the median would be 3e-3
+
+
 # -- real timing -----------------------------------------------------------------------------
 
 

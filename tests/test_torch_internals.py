@@ -74,6 +74,24 @@ def test_classes_are_classes() -> None:
     assert callable(pass_ti.eager_aot_backend(pass_ti.default_partition))
 
 
+def test_eager_aot_backend_runs_each_partitioned_graph_through_the_graph_compiler() -> None:
+    ran: list[str] = []
+
+    def graph_compiler(gm: torch.fx.GraphModule, phase: str):  # type: ignore[no-untyped-def]
+        def run(*args: object) -> object:
+            ran.append(phase)
+            return gm(*args)
+
+        return run
+
+    x = torch.randn(4, 3, requires_grad=True)
+    backend = pass_ti.eager_aot_backend(pass_ti.default_partition, graph_compiler)
+    torch._dynamo.reset()
+    torch.compile(lambda t: (t.sin() * t).sum(), backend=backend)(x).backward()
+    assert ran == ["forward", "backward"]
+    torch.testing.assert_close(x.grad, x.detach().sin() + x.detach() * x.detach().cos())
+
+
 # -- cost_model: each accessor gives what the cost model expects ---------------------------
 
 
