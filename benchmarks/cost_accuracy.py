@@ -41,6 +41,7 @@ import json
 import math
 import os
 import random
+import resource
 import statistics
 import sys
 import tempfile
@@ -98,6 +99,10 @@ class PlanRecord:
     est_delta: float | None = None  # est_overhead minus the same cost model's budget-1.0 plan's
     delta: float | None = None  # median of paired step-time differences from that plan
     delta_iqr: float | None = None
+    # Minor page faults per step (median over rounds), and the step's system (kernel) time
+    # minus the budget-1.0 plan's, mean over rounds: time outside any op, unpriced by the model.
+    faults_per_step: float | None = None
+    system_delta: float | None = None
     # ``at_bytes`` only: paired step-time difference from the roofline plan at this budget
     vs_roofline: float | None = None
     vs_roofline_iqr: float | None = None
@@ -228,12 +233,18 @@ def measure_plans(
         for _ in range(2):
             _step_seconds(distinct[plan], inputs)
     times: dict[str, list[float]] = {plan: [] for plan in order}
+    faults: dict[str, list[float]] = {plan: [] for plan in order}  # per step, per round
+    system: dict[str, list[float]] = {plan: [] for plan in order}
     shuffle = random.Random(0)
     for _ in range(rounds):
         shuffle.shuffle(order)
         for plan in order:
             # The fastest of a few steps: a step the scheduler preempted says nothing of the plan.
+            before = resource.getrusage(resource.RUSAGE_SELF)
             times[plan].append(min(_step_seconds(distinct[plan], inputs) for _ in range(per_round)))
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            faults[plan].append((after.ru_minflt - before.ru_minflt) / per_round)
+            system[plan].append((after.ru_stime - before.ru_stime) / per_round)
 
     records = []
     base_plan = {v.costs: v.plan for v in variants if v.budget == 1.0 and not v.at_bytes}
@@ -243,6 +254,7 @@ def measure_plans(
         if v.budget == 1.0 and not v.at_bytes
     }
     roofline_plan = {v.budget: v.plan for v in variants if v.costs == ROOFLINE}
+    base_system = {costs: statistics.mean(system[plan]) for costs, plan in base_plan.items()}
 
     def paired(plan: str, other: str) -> tuple[float, float]:
         return _median_iqr([t - b for t, b in zip(times[plan], times[other], strict=True)])
@@ -270,6 +282,8 @@ def measure_plans(
                 step_iqr=iqr,
                 grads_ok=variant.grads_ok,
                 est_delta=None if variant.at_bytes else est - base_est[variant.costs],
+                faults_per_step=statistics.median(faults[variant.plan]),
+                system_delta=statistics.mean(system[variant.plan]) - base_system[variant.costs],
                 delta=delta,
                 delta_iqr=delta_iqr,
                 vs_roofline=versus,

@@ -131,6 +131,10 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.2f}"
 
 
+def _count(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
 def _us(seconds: float) -> str:
     return f"{seconds * 1e6:.1f}"
 
@@ -242,10 +246,15 @@ def write_results(
         "Per plan: the estimated step overhead (the report's objective) minus that of the same cost model's "
         "budget-1.0 plan, against the median paired step-time difference from that plan (IQR beside it). "
         "`error` = estimate / measured - 1, shown where the measured overhead is positive; `*` marks points "
-        "whose measured overhead is at least 5% of the step (the target's domain).",
+        "whose measured overhead is at least 5% of the step (the target's domain). `faults` = minor page "
+        "faults per step; `system` = the step's system (kernel) time minus the budget-1.0 plan's: time "
+        "outside any op, which the cost model does not price. On CPU a step faults in fresh pages for "
+        "the memory it holds beyond what the allocator kept from the step before (glibc hands freed "
+        "memory back to the OS), so saving more costs system time.",
         "",
-        "| model | budget | costs | saved | est. overhead | measured overhead (IQR) | % of step | error |",
-        "|---|---|---|---|---|---|---|---|",
+        "| model | budget | costs | saved | est. overhead | measured overhead (IQR) | % of step | error "
+        "| faults | system |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in sorted(overhead_points(plans), key=lambda r: (r.model, r.budget, r.costs)):
         share = (p.delta or 0) / base_step(plans, p)
@@ -253,21 +262,21 @@ def write_results(
         lines.append(
             f"| {p.model} | {p.budget:g} | {p.costs} | {p.saved_bytes / MIB:.2f} MiB | "
             f"{_ms(p.est_delta)} ms | {_ms(p.delta)} ms ({_ms(p.delta_iqr)}) | {share * 100:.1f}%{mark} | "
-            f"{_pct(relative_error(p))} |"
+            f"{_pct(relative_error(p))} | {_count(p.faults_per_step)} | {_ms(p.system_delta)} ms |"
         )
     lines += [
         "",
         "Budget-1.0 plans (the reference of each cost model):",
         "",
-        "| model | costs | saved | step (IQR) | est. overhead |",
-        "|---|---|---|---|---|",
+        "| model | costs | saved | step (IQR) | est. overhead | faults |",
+        "|---|---|---|---|---|---|",
     ]
     for p in sorted(
         (p for p in plans if p.budget == 1.0 and not p.at_bytes), key=lambda r: (r.model, r.costs)
     ):
         lines.append(
             f"| {p.model} | {p.costs} | {p.saved_bytes / MIB:.2f} MiB | {_ms(p.step_seconds)} ms "
-            f"({_ms(p.step_iqr)}) | {_ms(p.est_overhead)} ms |"
+            f"({_ms(p.step_iqr)}) | {_ms(p.est_overhead)} ms | {_count(p.faults_per_step)} |"
         )
     lines += [
         "",

@@ -423,6 +423,8 @@ def test_accuracy_report_tables_targets_and_plot(tmp_path: Path) -> None:
             delta_iqr=0.002,
             vs_roofline=(step - 0.150) if at_bytes else None,
             vs_roofline_iqr=0.002 if at_bytes else None,
+            faults_per_step=1234.0 if budget == 1.0 else 0.0,
+            system_delta=0.0 if budget == 1.0 else -0.0025,
         )
 
     plans = [
@@ -454,6 +456,8 @@ def test_accuracy_report_tables_targets_and_plot(tmp_path: Path) -> None:
     }
     text = write_results(meta, plans, errors, fusion, timing, tmp_path / "RESULTS.md").read_text()
     assert "Command: `python -m benchmarks.cost_accuracy`" in text and "| gpt | 0 | measured |" in text
+    assert "| -10% | 0 | -2.50 ms |" in text  # page faults and system time beside the estimate
+    assert "| 10.00 ms | 1,234 |" in text  # the budget-1.0 plan's faults
     assert plot(plans, errors, tmp_path / "plot.png").stat().st_size > 0
     noisy = dataclasses.replace(plans[-1], vs_roofline_iqr=0.1)  # a 10 ms difference, 100 ms IQR
     assert verdict(plans, noisy, rounds=30) == "equal (within noise)"
