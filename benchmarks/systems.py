@@ -8,15 +8,12 @@ way.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-from torch import fx
-
 from benchmarks.partition_stats import BudgetedMinCut, Partitioner, RecordingPartitioner
-from recompute_pass import RecomputeOptions, RecomputePartitioner
+from recompute_pass import RecomputeOptions, RecomputePartitioner, inductor_backend
 from recompute_pass import torch_internals as ti
 
 PATHS = ("inductor", "graphs")
@@ -139,10 +136,4 @@ def make_backend(recorder: RecordingPartitioner, path: str) -> Callable[..., Any
     """A Dynamo backend partitioning with ``recorder`` on the given path."""
     if path == "graphs":
         return ti.eager_aot_backend(recorder)
-
-    def inductor(gm: fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> Callable[..., Any]:
-        # What ``recompute_backend`` does, with the recording wrapper around the partitioner.
-        with ti.inductor_config.patch(custom_partitioner_fn=recorder):
-            return ti.compile_fx(gm, list(example_inputs))
-
-    return inductor
+    return inductor_backend(recorder)  # what ``recompute_backend`` does, the recorder around ours

@@ -7,7 +7,12 @@ model = torch.compile(model, backend=recompute_backend.with_options(memory_budge
 from __future__ import annotations
 
 from recompute_pass import config
-from recompute_pass.backend import RecomputeBackend, recompute_backend, recompute_eager_backend
+from recompute_pass.backend import (
+    RecomputeBackend,
+    inductor_backend,
+    recompute_backend,
+    recompute_eager_backend,
+)
 from recompute_pass.fit import FitResult, fit_longest
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.partitioner import RecomputePartitioner
@@ -22,6 +27,7 @@ __all__ = [
     "capture_reports",
     "config",
     "fit_longest",
+    "inductor_backend",
     "recompute_backend",
     "recompute_eager_backend",
 ]

@@ -178,3 +178,22 @@ def test_backward_compiles_under_the_config_its_peak_assumes(monkeypatch: pytest
     assert compiled == [(False, user), (True, {**user, **patches})]
     predicted = report.predicted_peak_bytes
     assert abs(predicted - memory.peak_bytes) <= TOLERANCE * memory.peak_bytes, (predicted, memory.peak_bytes)
+
+
+def test_every_inductor_backend_compiles_under_the_graphs_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The benchmarks' and the tests' Inductor backends wrap our partitioner; each must compile
+    the partitioned graphs as ``recompute_backend`` does, under the config the predicted peak
+    assumes, or they measure another program (Llama's peak at budget 0: 20% above prediction)."""
+    from benchmarks.partition_stats import RecordingPartitioner
+    from benchmarks.systems import make_backend
+
+    inner: list[object] = []
+
+    def compile_fx(gm: torch.fx.GraphModule, inputs: list[torch.Tensor], **kwargs: object) -> None:
+        inner.append(kwargs.get("inner_compile"))
+
+    monkeypatch.setattr(ti, "compile_fx", compile_fx)
+    recorder = RecordingPartitioner(recompute_backend.partitioner())
+    for backend in (recompute_backend, make_backend(recorder, "inductor")):
+        backend(torch.fx.GraphModule({}, torch.fx.Graph()), [])
+    assert inner == [ti.compile_fx_inner_patched] * 2
