@@ -349,7 +349,7 @@ def op_errors(
             for a in node.args
             if isinstance(a, fx.Node) and isinstance(a.meta.get("val"), torch.Tensor)
         ]
-        groups.setdefault(f"{schema_name(node.target)}{shapes}", []).append(node)
+        groups.setdefault(_op_key(node.target, shapes), []).append(node)
 
     # The budget-0 roofline plan (every op runs forward, many again in backward), op by op.
     clock = _OpClock()
@@ -386,10 +386,10 @@ def op_errors(
     return errors
 
 
-def _op_key(target: object, args: Sequence[object]) -> str:
-    """An op and the shapes of its tensor arguments: ``aten::mm[(1024, 128), (128, 512)]``."""
-    shapes = [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]
-    return f"{schema_name(target)}{shapes}"
+def _op_key(target: object, shapes: Sequence[tuple[int, ...]]) -> str:
+    """An op and the shapes of its tensor arguments: ``aten::mm[(1024, 128), (128, 512)]``;
+    one format for the joint graph's nodes and the ops timed in the step."""
+    return f"{schema_name(target)}{list(shapes)}"
 
 
 class _OpClock:
@@ -416,7 +416,8 @@ class _OpClock:
                     elif target is ti.run_with_rng_state:
                         target, args = args[1], args[2:]
                     if is_op_overload(target):
-                        clock.seconds.setdefault(_op_key(target, args), []).append(seconds)
+                        shapes = [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]
+                        clock.seconds.setdefault(_op_key(target, shapes), []).append(seconds)
                 return out
 
         return lambda *args: Timed(gm).run(*args)
