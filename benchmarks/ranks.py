@@ -3,15 +3,18 @@
 Shared by the distributed benchmark and tests. ``run_ranks`` starts ``world`` processes,
 each initialises the default group on 127.0.0.1 (gloo on CPU, NCCL with one GPU per rank)
 and runs a module-level function; the results come back by rank. A rank that fails stops
-the run; any rank still alive at the end (waiting for a failed peer in a collective) is
-killed, so no process outlives the call.
+the run; any rank still alive at the end (waiting for a failed peer in a collective)
+writes its stacks to stderr and is killed, so no process outlives the call.
 """
 
 from __future__ import annotations
 
 import datetime
+import faulthandler
 import multiprocessing as mp
+import os
 import queue
+import signal
 import socket
 import time
 import traceback
@@ -34,6 +37,9 @@ def free_port() -> int:
 def _rank_main(
     fn: Callable[..., Any], rank: int, world: int, backend: str, port: int, kwargs: dict, results: Any
 ) -> None:
+    # On a failure elsewhere the parent asks for this rank's stacks: where it waits is the
+    # other half of a collective that timed out.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         device_id = None
         if backend == "nccl":
@@ -91,6 +97,9 @@ def run_ranks(
             if not ok:
                 raise RuntimeError(f"rank {rank} failed:\n{payload}")
             done[rank] = payload
+    except BaseException:
+        _dump_stacks([p for r, p in enumerate(procs) if r not in done])
+        raise
     finally:
         for proc in procs:
             proc.join(timeout=max(1.0, min(10.0, deadline - time.monotonic())))
@@ -100,3 +109,12 @@ def run_ranks(
                 proc.join(timeout=10)
         results.close()
     return [done[r] for r in range(world)]
+
+
+def _dump_stacks(procs: list[Any]) -> None:
+    """Each live rank writes its threads' stacks to its stderr (the parent's, inherited)."""
+    live = [p for p in procs if p.is_alive() and p.pid is not None]
+    for proc in live:
+        os.kill(proc.pid, signal.SIGUSR1)
+    if live:
+        time.sleep(2.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -31,7 +32,7 @@ from recompute_pass.peak_budget import checks_within
 from recompute_pass.peak_milp import PeakSolver
 from recompute_pass.plan_peak import JointSchedule
 from recompute_pass.plan_sizes import planned_hints
-from recompute_pass.plan_sync import PlanSyncError, agree, partition_digest, rank_and_world
+from recompute_pass.plan_sync import PlanSyncError, agree, agree_to_fail, partition_digest, rank_and_world
 from recompute_pass.problem import Plan
 from recompute_pass.report import PartitionReport, build_report, publish
 from recompute_pass.solve import Decision, decide
@@ -278,8 +279,11 @@ class RecomputePartitioner(ti.CustomPartitionerFn):
             raise
         except Exception as error:
             if not self.options.fallback:
+                with contextlib.suppress(PlanSyncError):  # this rank's own error says more
+                    agree_to_fail(self.options)
                 raise
             log.debug("recompute_pass failure:\n%s", traceback.format_exc())
+            agree_to_fail(self.options)
             # The caller's own arguments: ``compiler`` is Inductor's alone, absent from AOTAutograd.
             forward, backward = ti.min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
             cause = f"{type(error).__name__}: {error}"

@@ -8,26 +8,34 @@ the MILP's time limit, a size hint.
 
 So each plan gets a digest: a hash of the joint graph and of the saved/recomputed names
 (``PartitionReport.plan_digest``). Under an initialised process group of more than one
-rank (option ``sync_plans``), the partitioner all-gathers it on the default group at
-compile time: one collective of 64 bytes per graph. On a mismatch, every rank takes rank
-0's plan: rank 0 broadcasts its saved and recomputed names, the others rebuild that plan
-on their own graph and check it, and a second all-gather confirms that every rank holds it.
-Each process logs one warning; a rank that cannot rebuild the plan (its graph differs)
-makes every rank raise ``PlanSyncError`` rather than train with different plans.
+rank (option ``sync_plans``), the partitioner exchanges it at compile time through the
+group's key-value store, not through collectives: a collective issued from inside a
+compile interleaves with the user's own (FSDP's asynchronous gathers, a gloo group's
+worker threads) and shifts the group's collective sequence; on 2 loaded gloo ranks under
+FSDP2, such all-gathers and broadcasts hung now and then (gloo's cause not found). On a
+mismatch, every rank takes rank 0's plan: rank 0 posts its saved and recomputed names,
+the others rebuild that plan on their own graph and check it, and a second exchange
+confirms that every rank holds it. Each process logs one warning. A rank that cannot
+rebuild the plan (its graph differs), a partition that failed on some ranks only, or a
+peer that posts nothing within the store's timeout makes the ranks raise
+``PlanSyncError`` rather than train with different plans.
 
-Assumption: every rank of the default group partitions the same graphs, in the same order,
-at the same time (SPMD: DDP, FSDP2, tensor parallel; the partitioner runs inside each
-rank's compile). It does not hold for pipeline stages, rank-dependent graph breaks or
-recompiles, or a compile cache warm on some ranks only: the all-gather then pairs unrelated
-graphs, or waits for the process group's timeout. Use ``sync_plans=False`` there.
+Assumption: every rank of the default group partitions the same graphs, in the same order
+(SPMD: DDP, FSDP2, tensor parallel; the partitioner runs inside each rank's compile): the
+n-th exchange of each rank is about the same graph. It does not hold for pipeline stages,
+rank-dependent graph breaks or recompiles, or a compile cache warm on some ranks only: the
+exchange then pairs unrelated graphs, or waits for the store's timeout. Use
+``sync_plans=False`` there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
+import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -44,11 +52,14 @@ from recompute_pass.solve import Decision
 log = logging.getLogger(__name__)
 
 _HASH_BYTES = 32  # sha256
+# The plan hash a rank posts when its partition failed (it falls back or raises).
+_FAILED = hashlib.sha256(b"recompute_pass: no plan").digest()
 
 
 class PlanSyncError(RuntimeError):
-    """Ranks could not agree on a plan (their graphs differ). Raised on every rank, never
-    turned into a fallback: a fallback on some ranks only is what this module prevents."""
+    """Ranks could not agree on a plan (their graphs differ, a rank's partition failed, a
+    peer posted nothing). Never turned into a fallback: a fallback on some ranks only is
+    what this module prevents."""
 
 
 @dataclass(frozen=True)
@@ -72,26 +83,30 @@ def agree(costed: Costed, decision: Decision, options: RecomputeOptions) -> Sync
     rank, world = rank_and_world()
     if not options.sync_plans or world == 1:
         return Synced(decision, _digest(graph, own))
-    with ti.real_tensors():
-        gathered = _all_gather(graph + own, world)
+    with _exchanging():
+        exchange = _Exchange.open(rank, world)
+        gathered = exchange.gather("digest", graph + own)
         plans = [g[_HASH_BYTES:] for g in gathered]
-        if all(p == plans[0] for p in plans):
+        if _FAILED in plans or all(p == plans[0] for p in plans):
+            exchange.close()
+            _raise_if_some_failed(plans)
             if any(g[:_HASH_BYTES] != graph for g in gathered):
                 log.debug("recompute_pass: graphs differ across ranks (shapes?), plans agree")
             return Synced(decision, _digest(graph, own))
         differ = [r for r, p in enumerate(plans) if p != plans[0]]
-        names: list[object] = [_plan_names(keys, decision.plan) if rank == 0 else None]
-        dist.broadcast_object_list(names, src=0)
+        if rank == 0:
+            exchange.post("names", json.dumps(_plan_names(keys, decision.plan)).encode())
         adopted, error = decision, ""
         if rank in differ:
             try:
-                saved, recomputed = names[0]  # type: ignore[misc]
+                saved, recomputed = json.loads(exchange.read("names", 0))
                 adopted = _adopt(costed, decision, keys, saved, recomputed)
             except PlanSyncError as failure:
                 error = str(failure)
         # Zeros from a rank that failed: every rank sees it and raises the same error.
         mine = _plan_hash(keys, adopted.plan) if not error else bytes(_HASH_BYTES)
-        confirmed = [g[_HASH_BYTES:] for g in _all_gather(graph + mine, world)]
+        confirmed = [g[_HASH_BYTES:] for g in exchange.gather("confirm", graph + mine)]
+        exchange.close()
     failed = [r for r, p in enumerate(confirmed) if p != plans[0]]
     if failed:
         raise PlanSyncError(
@@ -108,6 +123,45 @@ def agree(costed: Costed, decision: Decision, options: RecomputeOptions) -> Sync
     )
     adopted = dataclasses.replace(adopted, notes=(*adopted.notes, note))
     return Synced(adopted, _digest(graph, _plan_hash(keys, adopted.plan)))
+
+
+def agree_to_fail(options: RecomputeOptions) -> None:
+    """A rank whose partition failed still takes its turn, posting no plan: PyTorch's
+    partition on every rank is one plan, on some ranks only it is not. Raises
+    ``PlanSyncError`` unless every rank failed too."""
+    rank, world = rank_and_world()
+    if not options.sync_plans or world == 1:
+        return
+    with _exchanging():
+        exchange = _Exchange.open(rank, world)
+        plans = [g[_HASH_BYTES:] for g in exchange.gather("digest", bytes(_HASH_BYTES) + _FAILED)]
+        exchange.close()
+    _raise_if_some_failed(plans)
+
+
+def _raise_if_some_failed(plans: list[bytes]) -> None:
+    failed = [r for r, p in enumerate(plans) if p == _FAILED]
+    if failed and len(failed) < len(plans):
+        raise PlanSyncError(
+            f"recompute_pass: rank(s) {failed} could not partition this graph (see their logs) "
+            "while the others could; every rank raises rather than train with different plans."
+        )
+
+
+@contextlib.contextmanager
+def _exchanging() -> Iterator[None]:
+    """The store's errors (its timeout: a peer that never posts) as ``PlanSyncError``: no
+    rank may fall back, and go on, alone."""
+    try:
+        yield
+    except PlanSyncError:
+        raise
+    except Exception as error:
+        raise PlanSyncError(
+            f"recompute_pass: ranks could not exchange plans ({type(error).__name__}: {error}). "
+            "Every rank must partition the same graphs in the same order; set sync_plans=False "
+            "if ranks compile different graphs."
+        ) from error
 
 
 _warned = False
@@ -189,13 +243,47 @@ def _digest(graph: bytes, plan: bytes) -> str:
     return hashlib.sha256(graph + plan).hexdigest()
 
 
-def _all_gather(payload: bytes, world: int) -> list[bytes]:
-    """One all-gather of a fixed-size byte string on the default group."""
-    device = ti.object_collective_device()
-    mine = torch.tensor(list(payload), dtype=torch.uint8, device=device)
-    out = [torch.empty_like(mine) for _ in range(world)]
-    dist.all_gather(out, mine)
-    return [bytes(t.cpu().tolist()) for t in out]
+@dataclass(frozen=True)
+class _Exchange:
+    """One graph's exchange between the ranks, on the default group's store.
+
+    Its keys carry the round: each rank counts its own exchanges in the store (``add`` on
+    a per-rank key), so the n-th graph of every rank meets under the same keys, also in a
+    later process group on the same store. The last rank to finish deletes the round's keys.
+    """
+
+    store: dist.Store
+    prefix: str
+    rank: int
+    world: int
+
+    @staticmethod
+    def open(rank: int, world: int) -> _Exchange:
+        store = ti.default_store()
+        round_ = store.add(f"recompute_pass/plan/rank{rank}/rounds", 1)
+        return _Exchange(store, f"recompute_pass/plan/{round_}", rank, world)
+
+    def key(self, what: str, rank: int) -> str:
+        return f"{self.prefix}/{what}/{rank}"
+
+    def post(self, what: str, payload: bytes) -> None:
+        self.store.set(self.key(what, self.rank), payload)
+
+    def read(self, what: str, rank: int) -> bytes:
+        """Waits up to the store's timeout for ``rank`` to post."""
+        return bytes(self.store.get(self.key(what, rank)))
+
+    def gather(self, what: str, payload: bytes) -> list[bytes]:
+        """Every rank's post, in one request (it waits for all of them)."""
+        self.post(what, payload)
+        return [bytes(v) for v in self.store.multi_get([self.key(what, r) for r in range(self.world)])]
+
+    def close(self) -> None:
+        if self.store.add(f"{self.prefix}/done", 1) == self.world:
+            for what in ("digest", "confirm", "names"):
+                for r in range(self.world):
+                    self.store.delete_key(self.key(what, r))
+            self.store.delete_key(f"{self.prefix}/done")
 
 
 def _adopt(

@@ -82,11 +82,10 @@ from torch._inductor.scheduler import NopKernelSchedulerNode, Scheduler, Schedul
 from torch._inductor.virtualized import V
 from torch._ops import HigherOrderOperator, OpOverload
 from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
-from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.proxy_tensor import is_sym_node
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.fx.traceback import _get_memory_budget_annotation
-from torch.utils._mode_utils import no_dispatch
 
 __all__ = [
     "ao_offload",
@@ -106,6 +105,7 @@ __all__ = [
     "can_match_buffer_size",
     "classify_nodes",
     "cleanup_recompute_tags",
+    "collectives_issued",
     "compile_fx",
     "compile_fx_inner",
     "compile_fx_inner_patched",
@@ -113,6 +113,7 @@ __all__ = [
     "compute_size_for_scheduler_buffer",
     "decide_layout_opt",
     "default_partition",
+    "default_store",
     "detect_fake_mode",
     "dynamo_config",
     "eager_aot_backend",
@@ -143,8 +144,6 @@ __all__ = [
     "is_primal",
     "is_sym_node",
     "is_tangent",
-    "object_collective_device",
-    "real_tensors",
     "min_cut_rematerialization_partition",
     "must_be_in_backward",
     "must_be_in_forward",
@@ -346,20 +345,19 @@ def flat_static_input_indices(primals: Sequence[fx.Node], indices: Sequence[int]
     return [i for i, root in enumerate(roots) if root in outer]
 
 
-@contextlib.contextmanager
-def real_tensors() -> Iterator[None]:
-    """Real tensors inside a compile (a partitioner runs under AOTAutograd's fake mode),
-    for the few collectives the partitioner itself issues."""
-    with no_dispatch(), unset_fake_temporarily():
-        yield
+def collectives_issued() -> int:
+    """How many collectives the default group's CPU backend has issued in this process."""
+    from torch.distributed.distributed_c10d import _get_default_group
+
+    backend = _get_default_group()._get_backend(torch.device("cpu"))
+    return backend._get_sequence_number_for_group()
 
 
-def object_collective_device(group: object = None) -> torch.device:
-    """Where the process group's backend takes tensors for object collectives (the CPU for
-    gloo, the current GPU for NCCL), as ``torch.distributed.all_gather_object`` picks it."""
-    from torch.distributed.distributed_c10d import _get_object_coll_device
+def default_store() -> torch.distributed.Store:
+    """The default process group's key-value store (its rendezvous)."""
+    from torch.distributed.distributed_c10d import _get_default_store
 
-    return torch.device(_get_object_coll_device(group))
+    return _get_default_store()
 
 
 # Inductor's C++ backend runs consecutive kernels as one group until this many arguments.

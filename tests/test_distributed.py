@@ -8,6 +8,7 @@ collectives and parameters. The rank functions return plain data; the asserts ar
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 from typing import Any
@@ -165,6 +166,37 @@ def _different_graphs_rank(rank: int, world: int) -> str:
     return ""
 
 
+def _exchange_rank(rank: int, world: int) -> dict[str, Any]:
+    """Three graphs, plans synced: both ranks partition the first; rank 1's partition fails
+    on the second; rank 1 compiles the third with ``sync_plans=False`` (it posts nothing).
+    Returns the errors, whether the first round's keys are gone from the store, and the
+    group's collective count after the first (the exchange must leave it alone)."""
+    from datetime import timedelta
+    from unittest import mock
+
+    store = ti.default_store()
+    torch.manual_seed(0)
+    weight = torch.randn(16, 16, requires_grad=True)
+
+    def run(act: Any, backend: Any = recompute_eager_backend) -> str:
+        try:
+            torch.compile(lambda x: act(x @ weight).sum(), backend=backend)(torch.randn(4, 16)).backward()
+        except Exception as error:
+            return str(error)
+        return ""
+
+    out: dict[str, Any] = {"first": run(torch.tanh)}
+    dist.barrier()
+    out["collectives"] = ti.collectives_issued()
+    out["keys_left"] = store.check(["recompute_pass/plan/1/digest/0", "recompute_pass/plan/1/digest/1"])
+    fails = mock.patch("recompute_pass.partitioner.build_problem", side_effect=ValueError("injected"))
+    with fails if rank == 1 else contextlib.nullcontext():
+        out["one_failed"] = run(torch.sigmoid)
+    store.set_timeout(timedelta(seconds=5))
+    out["silent_peer"] = run(torch.sin, recompute_eager_backend.with_options(sync_plans=rank == 0))
+    return out
+
+
 # ---- assertions ----
 
 
@@ -249,6 +281,21 @@ def test_ranks_that_cannot_agree_fail_together() -> None:
     for error in errors:
         assert "rank(s) [1] could not use rank 0's plan" in error, error
         assert "sync_plans=False" in error
+
+
+def test_plans_are_exchanged_through_the_store_and_no_rank_goes_on_alone() -> None:
+    """The exchange issues no collective on the user's group (1: the test's own barrier)
+    and deletes its keys once every rank has read them. A rank whose partition fails does
+    not fall back alone: every rank raises. A peer that never posts makes the waiting rank
+    raise after the store's timeout rather than hang or fall back."""
+    ranks = run_ranks(_exchange_rank)
+    assert [r["first"] for r in ranks] == ["", ""]
+    assert [r["collectives"] for r in ranks] == [1, 1]
+    assert [r["keys_left"] for r in ranks] == [False, False]
+    for result in ranks:
+        assert "rank(s) [1] could not partition this graph" in result["one_failed"], result["one_failed"]
+    assert "could not exchange plans" in ranks[0]["silent_peer"], ranks[0]["silent_peer"]
+    assert ranks[1]["silent_peer"] == ""
 
 
 @pytest.fixture
