@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from recompute_pass import capture_reports, recompute_backend, recompute_eager_backend
+from recompute_pass import capture_reports, inductor_backend, recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti
 from tests.distributed_support import (
     Recorder,
@@ -44,14 +44,7 @@ def _backend(budget: float, inductor: bool = False, **options: Any) -> tuple[Any
         memory_budget=budget, **options
     )
     recorder = Recorder(backend.partitioner())
-    if not inductor:
-        return ti.eager_aot_backend(recorder), recorder
-
-    def compile_fx(gm: Any, example_inputs: Any) -> Any:
-        with ti.inductor_config.patch(custom_partitioner_fn=recorder):
-            return ti.compile_fx(gm, list(example_inputs))
-
-    return compile_fx, recorder
+    return (inductor_backend if inductor else ti.eager_aot_backend)(recorder), recorder
 
 
 def _step(module: torch.nn.Module, fn: Any, batch: torch.Tensor, recorder: Recorder) -> dict[str, Any]:
