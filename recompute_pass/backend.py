@@ -49,14 +49,14 @@ class RecomputeBackend:
 def inductor_backend(partitioner: ti.CustomPartitionerFn) -> Callable[..., Any]:
     """Inductor with ``partitioner`` deciding what is saved (any wrapper around ours).
 
-    Each partitioned graph compiles under the Inductor config its predicted peak assumes
-    (``ti.COMPILE_PATCHES``): compiled under the defaults, the backward can peak 20% above
-    the prediction (Llama at peak budget 0), so every Inductor path goes through here.
+    The config each graph's predicted peak assumes (``ti.COMPILE_PATCHES``) needs nothing
+    here: our partitioner makes Inductor honour it on every route
+    (``ti.honour_compile_patches``).
     """
 
     def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> Callable[..., Any]:
         with ti.inductor_config.patch(custom_partitioner_fn=partitioner):
-            return ti.compile_fx(gm, list(example_inputs), inner_compile=ti.compile_fx_inner_patched)
+            return ti.compile_fx(gm, list(example_inputs))
 
     return compile_graph
 

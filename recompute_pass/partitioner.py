@@ -179,8 +179,9 @@ def partition(
     synced = agree(costed, decision, options)
     decision = synced.decision
     result, peak = realize_once(decision.plan)
-    if peak.compile_patches:  # the config the predicted peak assumes: the backend compiles under it
+    if peak.compile_patches:  # the config the predicted peak assumes, applied on every route
         result.backward.meta[ti.COMPILE_PATCHES] = dict(peak.compile_patches)
+        ti.honour_compile_patches()
     rank, world = rank_and_world()
     report = build_report(costed, decision, result, peak)
     report = dataclasses.replace(report, plan_digest=synced.digest, rank=rank, world_size=world)

@@ -57,6 +57,7 @@ from torch._functorch.partitioners import (
 )
 from torch._functorch.partitioners import functionalize_rng_ops as _functionalize_rng_ops
 from torch._guards import detect_fake_mode
+from torch._inductor import compile_fx as inductor_compile_fx
 from torch._inductor import config as inductor_config
 from torch._inductor import ir as inductor_ir
 from torch._inductor.codegen.cpp import CppScheduling
@@ -65,7 +66,6 @@ from torch._inductor.compile_fx import (
     _recursive_post_grad_passes,
     _recursive_record_original_output_strides,
     compile_fx,
-    compile_fx_inner,
     fake_tensor_prop,
     select_decomp_table,
 )
@@ -107,8 +107,8 @@ __all__ = [
     "cleanup_recompute_tags",
     "collectives_issued",
     "compile_fx",
-    "compile_fx_inner",
-    "compile_fx_inner_patched",
+    "compile_graph_inner",
+    "honour_compile_patches",
     "COMPILE_PATCHES",
     "compute_size_for_scheduler_buffer",
     "decide_layout_opt",
@@ -417,11 +417,26 @@ def inductor_schedule(
 COMPILE_PATCHES = "recompute_pass.inductor_patches"
 
 
-def compile_fx_inner_patched(gm: fx.GraphModule, example_inputs: Sequence[object], **kwargs: Any) -> Any:
-    """``compile_fx``'s ``inner_compile``, under the config the graph asks for (AOTAutograd
-    hands the partitioner's graphs to it, the backward possibly at its first call)."""
+# Inductor's compile of one graph, behind ``compile_fx_inner`` (forward and backward alike,
+# whatever route called ``compile_fx``, the backward possibly at its first call). Looked up
+# by name at each call, as torch's own ``torch._dynamo.testing`` patches it.
+compile_graph_inner = inductor_compile_fx._compile_fx_inner
+
+
+def _compile_graph_under_its_patches(
+    gm: fx.GraphModule, example_inputs: Sequence[object], *args: Any, **kwargs: Any
+) -> Any:
     with inductor_config.patch(dict(gm.meta.get(COMPILE_PATCHES, {}))):
-        return compile_fx_inner(gm, example_inputs, **kwargs)
+        return compile_graph_inner(gm, example_inputs, *args, **kwargs)
+
+
+def honour_compile_patches() -> None:
+    """From now on, every graph Inductor compiles does so under the config its
+    ``COMPILE_PATCHES`` asks for (a no-op for graphs without it), on every route that
+    reaches Inductor's ``compile_fx_inner``: our backends, ``custom_partitioner_fn`` set by
+    hand, trainers calling ``torch.compile(model)``. Idempotent."""
+    if inductor_compile_fx._compile_fx_inner is not _compile_graph_under_its_patches:
+        inductor_compile_fx._compile_fx_inner = _compile_graph_under_its_patches
 
 
 def symint_of(shape_env: ShapeEnv, expr: sympy.Expr) -> int | torch.SymInt:
