@@ -13,6 +13,7 @@ import logging
 from types import TracebackType
 from typing import Any
 
+from recompute_pass import report_store
 from recompute_pass import torch_internals as ti
 from recompute_pass.backend import RecomputeBackend
 from recompute_pass.options import RecomputeOptions
@@ -28,6 +29,7 @@ class InstalledPartitioner(RecomputePartitioner):
 
     def __init__(self, overrides: dict[str, Any]) -> None:  # no super(): ``options`` is read live
         self.backend = RecomputeBackend(inductor=True, overrides=overrides)  # validates now
+        report_store.watch()
 
     @property  # type: ignore[override]
     def options(self) -> RecomputeOptions:  # type: ignore[override]
