@@ -321,8 +321,11 @@ def describe_shape(val: object) -> tuple[str, str]:
 def capture_reports() -> Iterator[list[PartitionReport]]:
     """Collect one ``PartitionReport`` per graph partitioned inside the block.
 
-    Compiles with caches on may reuse a partition without calling the partitioner; tests
-    that count reports disable them (``torch._inductor.config.force_disable_caches``).
+    A hit in AOTAutograd's cache calls no partitioner: it republishes the reports stored
+    when the entry was made (``recompute_pass.report_store``), so a warm run reports what a
+    cold one did. A hit on an entry made before this store existed (or whose store was
+    removed) reports nothing; tests that count partitions disable caches
+    (``torch._inductor.config.force_disable_caches``).
     """
     reports: list[PartitionReport] = []
     token = _collectors.set((*_collectors.get(), reports))
