@@ -23,6 +23,7 @@ from recompute_pass import PartitionReport, capture_reports
 from recompute_pass import torch_internals as ti
 
 pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
 
 STEPS = 3
 BATCH, SEQ, VOCAB = 2, 16, 64
