@@ -14,7 +14,7 @@ from recompute_pass.backend import (
     recompute_eager_backend,
 )
 from recompute_pass.fit import FitResult, fit_longest
-from recompute_pass.install import Installation, InstalledPartitioner, install, installed, uninstall
+from recompute_pass.installation import Installation, InstalledPartitioner, install, installed, uninstall
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.partitioner import RecomputePartitioner
 from recompute_pass.report import PartitionReport, capture_reports

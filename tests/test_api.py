@@ -122,7 +122,7 @@ def test_install_makes_inductors_partitioner_ours_with_the_backends_options() ->
         assert ti.inductor_config.custom_partitioner_fn is by_hand
         installation.__exit__(None, None, None)  # already undone: changes nothing
         assert ti.inductor_config.custom_partitioner_fn is by_hand
-    assert recompute_pass.install.__module__ == "recompute_pass.install"
+    assert recompute_pass.install.__module__ == "recompute_pass.installation"
 
 
 @pytest.mark.parametrize(
