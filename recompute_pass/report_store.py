@@ -62,6 +62,13 @@ def path_for(key: str) -> Path:
 
 
 def _observed(key: str | None, hit: bool, fake_args: Sequence[object]) -> None:
+    try:
+        _on_lookup(key, hit, fake_args)
+    except Exception as error:  # a report is never worth failing the compile for
+        log.warning("recompute_pass: the stored report of a cached compile failed: %s", error)
+
+
+def _on_lookup(key: str | None, hit: bool, fake_args: Sequence[object]) -> None:
     _state.pending = None
     if key is None or ti.caches_disabled():
         return

@@ -9,6 +9,7 @@ disappears.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -460,21 +461,21 @@ def caches_disabled() -> bool:
 # hit can say which key it returned, and a miss which key the compile that follows saves under.
 _autograd_cache_try_load = AOTAutogradCache.try_load
 _autograd_cache_lookup = AOTAutogradCache._lookup
-_looked_up: list[str | None] = [None]  # the key of the latest lookup (compiles run one at a time)
+_looked_up = threading.local()  # .key: the key of this thread's latest lookup
 _observers: list[Callable[[str | None, bool, Sequence[object]], None]] = []
 
 
 def _lookup_observed(key: str, *args: Any, **kwargs: Any) -> Any:
-    _looked_up[0] = key
+    _looked_up.key = key
     return _autograd_cache_lookup(key, *args, **kwargs)
 
 
 def _try_load_observed(mod: Any, args: list[Any], aot_config: Any, *rest: Any, **kwargs: Any) -> Any:
-    _looked_up[0] = None
+    _looked_up.key = None
     compiled_fn, aot_config = _autograd_cache_try_load(mod, args, aot_config, *rest, **kwargs)
     hit = compiled_fn is not None
     info = getattr(aot_config, "cache_info", None)
-    key = _looked_up[0] if hit else getattr(info, "cache_key", None)  # None: bypassed, nothing saved
+    key = _looked_up.key if hit else getattr(info, "cache_key", None)  # None: bypassed, nothing saved
     for observer in list(_observers):
         observer(key, hit, args)
     return compiled_fn, aot_config
