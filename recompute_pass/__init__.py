@@ -14,12 +14,15 @@ from recompute_pass.backend import (
     recompute_eager_backend,
 )
 from recompute_pass.fit import FitResult, fit_longest
+from recompute_pass.installation import Installation, InstalledPartitioner, install, installed, uninstall
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.partitioner import RecomputePartitioner
 from recompute_pass.report import PartitionReport, capture_reports
 
 __all__ = [
     "FitResult",
+    "Installation",
+    "InstalledPartitioner",
     "PartitionReport",
     "RecomputeBackend",
     "RecomputeOptions",
@@ -28,6 +31,9 @@ __all__ = [
     "config",
     "fit_longest",
     "inductor_backend",
+    "install",
+    "installed",
     "recompute_backend",
     "recompute_eager_backend",
+    "uninstall",
 ]

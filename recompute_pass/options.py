@@ -7,10 +7,12 @@ user's line and not deep inside a compile minutes later.
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import hashlib
 import math
 import numbers
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +44,9 @@ class RecomputeOptions:
         spans the activation bytes saved for backward (what PyTorch's
         ``activation_memory_budget`` measures).
     peak_memory_bytes: absolute cap on the step's predicted peak (implies ``"peak"``).
+        Byte caps (these two and ``offload_host_bytes``) may be given as a whole float
+        (``24e9``) or a size string (``"24GiB"``, ``"24GB"``, ``"1.5GiB"``: ``byte_count``)
+        and are stored as an int, so every spelling of one size is one cache key.
     peak_model: how the peak is predicted. ``"auto"``: from Inductor's own memory plan
         when Inductor compiles the graphs (``inductor_memory``), from the graphs
         themselves otherwise (``liveness``); ``"graph"``: always from the graphs, which
@@ -100,10 +105,7 @@ class RecomputeOptions:
             raise _fail("memory_budget", budget, "a number in [0, 1]")
         object.__setattr__(self, "memory_budget", float(budget))
         for name in ("memory_budget_bytes", "peak_memory_bytes", "offload_host_bytes"):
-            cap = getattr(self, name)
-            integral = isinstance(cap, numbers.Integral) and not isinstance(cap, bool)
-            if cap is not None and (not integral or cap < 0):
-                raise _fail(name, cap, "None or a non-negative integer number of bytes")
+            object.__setattr__(self, name, byte_count(name, getattr(self, name)))
         if self.budget_mode not in BUDGET_MODES:
             raise _fail("budget_mode", self.budget_mode, f"one of {', '.join(BUDGET_MODES)}")
         if self.memory_budget_bytes is not None and self.peak_memory_bytes is not None:
@@ -171,6 +173,41 @@ class RecomputeOptions:
     def cache_key(self) -> str:
         """A stable digest of every setting (``repr`` of a frozen dataclass is deterministic)."""
         return hashlib.sha256(repr(self).encode()).hexdigest()
+
+
+_UNITS = {
+    "b": 1,
+    **{f"{p}b": 1000**k for k, p in enumerate("kmgtp", start=1)},
+    **{f"{p}ib": 1024**k for k, p in enumerate("kmgtp", start=1)},
+}
+_AMOUNT = re.compile(r"\s*((?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?)\s*([a-z]*)\s*", re.IGNORECASE)
+BYTES_VALID = (
+    "None, a non-negative whole number of bytes (int, or a float such as 24e9), or a size "
+    "string such as '24GiB', '24GB', '512MiB', '1.5GiB'"
+)
+
+
+def byte_count(option: str, value: object) -> int | None:
+    """A byte cap in the units people write, as an int: ``24e9``, ``"24GiB"``, ``"24GB"``.
+
+    Decimal (kB, MB, GB, TB, PB: powers of 1000) and binary (KiB, MiB, GiB, TiB, PiB: of
+    1024) units, case-insensitive, the amount possibly fractional (``"1.5GiB"``); a
+    fractional byte from a unit is rounded down (a cap). Bare numbers must be whole.
+    """
+    if value is None:
+        return None
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        if value >= 0:
+            return int(value)
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+        if math.isfinite(value) and value >= 0 and float(value).is_integer():
+            return int(value)
+    elif isinstance(value, str) and (match := _AMOUNT.fullmatch(value)):
+        amount, unit = decimal.Decimal(match.group(1)), match.group(2).lower() or "b"
+        whole = amount == amount.to_integral_value()
+        if unit in _UNITS and (unit != "b" or whole) and amount.adjusted() < 30:  # < 1e30: no giant ints
+            return int(amount * _UNITS[unit])  # exact: Decimal, floored by int()
+    raise _fail(option, value, BYTES_VALID)
 
 
 def _plan_sizes(value: object) -> tuple[tuple[str, int], ...] | None:

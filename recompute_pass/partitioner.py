@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import fx
 
-from recompute_pass import inductor_memory, liveness
+from recompute_pass import inductor_memory, liveness, report_store
 from recompute_pass import torch_internals as ti
 from recompute_pass.costing import Costed, build_problem, measure, resolve_device
 from recompute_pass.extraction import Partition, extract
@@ -253,6 +253,7 @@ class RecomputePartitioner(ti.CustomPartitionerFn):
 
     def __init__(self, options: RecomputeOptions) -> None:
         self.options = options
+        report_store.watch()  # a warm cache's hits republish the reports stored on their miss
 
     def uuid(self) -> str:
         # Enters Inductor's FX-graph and AOTAutograd cache keys: a warm cache must never
@@ -264,6 +265,7 @@ class RecomputePartitioner(ti.CustomPartitionerFn):
     ) -> tuple[fx.GraphModule, fx.GraphModule]:
         num_fwd_outputs = kwargs["num_fwd_outputs"]
         static = kwargs.get("static_lifetime_input_indices") or []
+        fake_mode = report_store.joint_fake_mode(gm)
         if ti.is_subgraph_body_call(joint_inputs):
             # The body's inputs are the enclosing graph's values (weights among them):
             # holding them costs nothing here, as in PyTorch's partitioner.
@@ -288,9 +290,12 @@ class RecomputePartitioner(ti.CustomPartitionerFn):
             # The caller's own arguments: ``compiler`` is Inductor's alone, absent from AOTAutograd.
             forward, backward = ti.min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
             cause = f"{type(error).__name__}: {error}"
-            publish(_fallback_report(self.options, cause, partition_digest(forward, backward)))
+            fallback = _fallback_report(self.options, cause, partition_digest(forward, backward))
+            publish(fallback)
+            report_store.remember(fake_mode, fallback)
             return forward, backward
         publish(report)
+        report_store.remember(fake_mode, report)
         return forward, backward
 
 

@@ -22,6 +22,7 @@ import torch
 from torch import fx
 
 from cost_model import OpKind
+from recompute_pass import torch_internals as ti
 from recompute_pass.costing import Costed
 from recompute_pass.extraction import Partition
 from recompute_pass.liveness import PeakEstimate
@@ -221,6 +222,22 @@ class PartitionReport:
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 
+    @staticmethod
+    def from_json(text: str) -> PartitionReport:
+        """The report ``to_json`` wrote, equal to it field by field (a warm cache's
+        report is the stored one: ``recompute_pass.report_store``)."""
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("recompute_pass: a PartitionReport's JSON is an object")
+        data["saved"] = tuple(SavedValue(**value) for value in data.get("saved", ()))
+        recomputed = data.get("recomputed", ())
+        data["recomputed"] = tuple(RecomputedValue(**{**v, "kind": OpKind(v["kind"])}) for v in recomputed)
+        data["offloaded"] = tuple(OffloadedValue(**value) for value in data.get("offloaded", ()))
+        data["notes"] = tuple(data.get("notes", ()))
+        for rows in ("frontier", "peak_timeline", "offload_frontier"):
+            data[rows] = tuple(tuple(row) for row in data.get(rows, ()))
+        return PartitionReport(**data)
+
 
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], numeric: int = 1) -> list[str]:
     """Aligned rows; the last ``numeric`` columns are right-aligned."""
@@ -304,8 +321,11 @@ def describe_shape(val: object) -> tuple[str, str]:
 def capture_reports() -> Iterator[list[PartitionReport]]:
     """Collect one ``PartitionReport`` per graph partitioned inside the block.
 
-    Compiles with caches on may reuse a partition without calling the partitioner; tests
-    that count reports disable them (``torch._inductor.config.force_disable_caches``).
+    A hit in AOTAutograd's cache calls no partitioner: it republishes the reports stored
+    when the entry was made (``recompute_pass.report_store``), so a warm run reports what a
+    cold one did. A hit on an entry made before this store existed (or whose store was
+    removed) reports nothing; tests that count partitions disable caches
+    (``torch._inductor.config.force_disable_caches``).
     """
     reports: list[PartitionReport] = []
     token = _collectors.set((*_collectors.get(), reports))
@@ -315,8 +335,15 @@ def capture_reports() -> Iterator[list[PartitionReport]]:
         _collectors.reset(token)
 
 
+TRACE_ARTIFACT = "recompute_pass_report"
+"""The name of the report's artifact in PyTorch's structured trace (``TORCH_TRACE``)."""
+
+
 def publish(report: PartitionReport) -> None:
-    """Log the report (summary at INFO, table at DEBUG) and hand it to active captures."""
+    """Log the report (summary at INFO, table at DEBUG), emit it as a JSON artifact of
+    PyTorch's structured trace (tlparse lists it with the graph being compiled) and hand it
+    to active captures."""
+    ti.trace_artifact(TRACE_ARTIFACT, report.to_json)
     if report.fallback:
         log.warning(report.summary())
     else:

@@ -93,3 +93,109 @@ def test_plan_digest_identifies_the_plan_and_stays_out_of_the_text() -> None:
     assert low.plan_digest != first.plan_digest
     assert first.plan_digest not in first.to_text()
     assert (first.rank, first.world_size) == (0, 1) and "rank" not in first.summary()
+
+
+def test_install_makes_inductors_partitioner_ours_with_the_backends_options() -> None:
+    """``install`` is ``recompute_backend.with_options`` for trainers that call
+    ``torch.compile(model)``: same validation, options over the config, same cache key."""
+    from recompute_pass import torch_internals as ti
+
+    by_hand = RecomputePartitioner(RecomputeOptions(solver="mincut"))
+    with ti.inductor_config.patch(custom_partitioner_fn=by_hand):
+        with recompute_pass.install(memory_budget=0.3) as installed:
+            assert ti.inductor_config.custom_partitioner_fn is installed
+            assert isinstance(installed, RecomputePartitioner)
+            expected = recompute_backend.with_options(memory_budget=0.3).partitioner()
+            assert installed.options == expected.options and installed.uuid() == expected.uuid()
+            with config.patch(solver="selective"):  # the rest is the config's at compile time
+                assert installed.options.solver == "selective"
+                assert installed.uuid() != expected.uuid()
+            recompute_pass.install(memory_budget=0.0)  # nested: undone first
+            assert ti.inductor_config.custom_partitioner_fn.options.memory_budget == 0.0
+            recompute_pass.uninstall()
+            assert ti.inductor_config.custom_partitioner_fn is installed
+        assert ti.inductor_config.custom_partitioner_fn is by_hand  # what was there before
+        recompute_pass.uninstall()  # nothing installed: nothing to undo
+        assert ti.inductor_config.custom_partitioner_fn is by_hand
+        installation = recompute_pass.install()
+        recompute_pass.uninstall()
+        assert ti.inductor_config.custom_partitioner_fn is by_hand
+        installation.__exit__(None, None, None)  # already undone: changes nothing
+        assert ti.inductor_config.custom_partitioner_fn is by_hand
+    assert recompute_pass.install.__module__ == "recompute_pass.installation"
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"memory_budget": 1.5}, "memory_budget"),
+        ({"solver": "fastest"}, "solver"),
+        ({"peak_memory_bytes": -1}, "peak_memory_bytes"),
+        ({"budget": 0.5}, "unknown option"),
+    ],
+)
+def test_install_rejects_bad_options_and_changes_nothing(options: dict[str, object], named: str) -> None:
+    from recompute_pass import torch_internals as ti
+
+    before = ti.inductor_config.custom_partitioner_fn
+    with pytest.raises(ValueError, match=named):
+        recompute_pass.install(**options)
+    assert ti.inductor_config.custom_partitioner_fn is before
+    assert recompute_pass.installed() is None
+
+
+@pytest.mark.parametrize(
+    ("given", "stored"),
+    [
+        ("24GiB", 24 * 2**30),
+        ("24GB", 24 * 10**9),
+        ("512MiB", 512 * 2**20),
+        ("1.5GiB", 3 * 2**29),
+        ("1.3GiB", int(1.3 * 2**30)),  # a fractional byte is rounded down
+        ("64 kb", 64_000),
+        ("1024", 1024),
+        ("2e3", 2000),
+        (24e9, 24 * 10**9),
+        (1000, 1000),
+        (0, 0),
+    ],
+)
+@pytest.mark.parametrize("option", ["peak_memory_bytes", "memory_budget_bytes"])
+def test_byte_budgets_take_the_units_people_write(option: str, given: object, stored: int) -> None:
+    options = RecomputeOptions(**{option: given})
+    value = getattr(options, option)
+    assert value == stored and type(value) is int
+    # One size, one spelling: the cache key does not depend on how the size was written.
+    assert options.cache_key() == RecomputeOptions(**{option: stored}).cache_key()
+    assert getattr(recompute_backend.with_options(**{option: given}).options(), option) == stored
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        -1,
+        -1.0,
+        float("nan"),
+        float("inf"),
+        1.5,
+        True,
+        "garbage",
+        "",
+        "1.5",
+        "1.5B",
+        "-1GB",
+        "nan",
+        "inf",
+        "24 GiBs",
+        "24Gb/s",
+        "1e40GB",
+        [24],
+        "24 GiB GiB",
+    ],
+)
+@pytest.mark.parametrize("option", ["peak_memory_bytes", "memory_budget_bytes"])
+def test_bad_byte_budgets_are_refused_naming_the_option(option: str, given: object) -> None:
+    with pytest.raises(ValueError, match=f"invalid {option}=.*'24GiB'"):
+        RecomputeOptions(**{option: given})
+    with pytest.raises(ValueError, match=option):
+        config.patch(**{option: given}).__enter__()

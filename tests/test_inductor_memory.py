@@ -10,6 +10,7 @@ three peak budgets (the prediction, and that the measured peak falls with the bu
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import itertools
 import logging
@@ -27,6 +28,7 @@ from recompute_pass import (
     RecomputePartitioner,
     capture_reports,
     inductor_memory,
+    install,
     recompute_backend,
 )
 from recompute_pass import torch_internals as ti
@@ -140,16 +142,22 @@ def test_failed_inductor_model_falls_back_to_the_walk(
     assert len(warnings) == 1 and "Inductor's memory plan failed" in warnings[0]
 
 
-def _compile_by_route(model: torch.nn.Module, route: str, options: dict[str, object]) -> torch.nn.Module:
-    """The documented ways of running our partitioner under Inductor."""
+def _compile_by_route(
+    model: torch.nn.Module, route: str, options: dict[str, object], stack: contextlib.ExitStack
+) -> torch.nn.Module:
+    """The documented ways of running our partitioner under Inductor (``stack`` undoes
+    ``install``)."""
     if route == "recompute_backend":
         return torch.compile(model, backend=recompute_backend.with_options(**options))
+    if route == "install":  # what a trainer calling torch.compile(model) itself gets
+        stack.enter_context(install(**options))
+        return torch.compile(model)
     assert route == "custom_partitioner_fn"  # set by hand, then plain torch.compile
     ti.inductor_config.custom_partitioner_fn = RecomputePartitioner(RecomputeOptions(**options))
     return torch.compile(model)
 
 
-@pytest.mark.parametrize("route", ["recompute_backend", "custom_partitioner_fn"])
+@pytest.mark.parametrize("route", ["recompute_backend", "custom_partitioner_fn", "install"])
 def test_backward_compiles_under_the_config_its_peak_assumes(
     route: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -171,9 +179,12 @@ def test_backward_compiles_under_the_config_its_peak_assumes(
     case = model_cases(layers=2, dim=64, seq=32)["llama"]
     model, inputs = build(case), case_inputs(case)
     eager = run_step(build(case), inputs)
-    with ti.inductor_config.patch(force_disable_caches=True, custom_partitioner_fn=None):
+    with (
+        ti.inductor_config.patch(force_disable_caches=True, custom_partitioner_fn=None),
+        contextlib.ExitStack() as stack,
+    ):
         torch.compiler.reset()
-        compiled_model = _compile_by_route(model, route, {"memory_budget": 0.0, "fallback": False})
+        compiled_model = _compile_by_route(model, route, {"memory_budget": 0.0, "fallback": False}, stack)
         with capture_reports() as reports:
             loss = compiled_model(*inputs)
             loss.backward()

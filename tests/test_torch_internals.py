@@ -172,3 +172,17 @@ def test_static_indices_of_flattened_subclasses_are_mapped_onto_primals() -> Non
     for node in primals:  # no subclass: the indices are already per primal
         node.meta["desc"] = plain(int(node.name[-1]) - 1)
     assert pass_ti.flat_static_input_indices(primals, [1, 2]) == [1, 2]
+
+
+def test_the_autograd_cache_methods_we_watch_take_what_we_read() -> None:
+    """``observe_autograd_cache`` wraps ``AOTAutogradCache.try_load`` (reads its args and
+    the ``cache_info.cache_key`` it leaves on a miss) and ``_lookup`` (reads its key)."""
+    import dataclasses
+    import inspect
+
+    from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCacheInfo
+
+    try_load = inspect.signature(pass_ti._autograd_cache_try_load)
+    assert list(try_load.parameters)[:3] == ["mod", "args", "aot_config"]
+    assert next(iter(inspect.signature(pass_ti._autograd_cache_lookup).parameters)) == "key"
+    assert "cache_key" in {f.name for f in dataclasses.fields(AOTAutogradCacheInfo)}
