@@ -23,7 +23,7 @@ as ``benchmarks.run --path graphs`` does), and ``torch.set_num_threads(--threads
    its arithmetic, timed per op (``cost_model.measure``). For pointwise chains from the
    models, Inductor compiles ``g * chain(x)`` and ``g * y`` (y saved); the difference is
    what recomputing the chain really costs inside a fused kernel.
-4. **Profiling time.** ``recompute_pass.costing.measure`` on the 12-layer nanoGPT joint
+4. **Profiling time.** ``recompute_pass.graph.costing.measure`` on the 12-layer nanoGPT joint
    graph of ``benchmarks.solve_time``: cold (empty cache, device calibration included) and
    warm (the same cache read from disk).
 
@@ -65,8 +65,8 @@ from cost_model import SizeHints, estimate_runtime, get_profile, measure_op_time
 from cost_model.torch_internals import is_op_overload, schema_name
 from recompute_pass import PartitionReport, RecomputeOptions, RecomputePartitioner, capture_reports
 from recompute_pass import torch_internals as ti
-from recompute_pass.costing import measure
-from recompute_pass.joint_graph import analyze, prepare
+from recompute_pass.graph.costing import measure
+from recompute_pass.graph.joint_graph import analyze, prepare
 from recompute_pass.partitioner import code_hash
 
 DEFAULT_MODELS = ("gpt", "llama", "cnn")

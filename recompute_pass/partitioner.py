@@ -17,25 +17,25 @@ from typing import Any
 import torch
 from torch import fx
 
-from recompute_pass import inductor_memory, liveness
 from recompute_pass import torch_internals as ti
-from recompute_pass.costing import Costed, build_problem, measure, resolve_device
-from recompute_pass.extraction import Partition, extract
-from recompute_pass.joint_graph import RegionBudgetError, analyze, prepare
-from recompute_pass.liveness import PeakEstimate
-from recompute_pass.offload import OffloadProblem
-from recompute_pass.offload_extraction import offload_partition
-from recompute_pass.offload_peak import with_offload
-from recompute_pass.offload_schedule import for_order, windows
+from recompute_pass.extract.extraction import Partition, extract
+from recompute_pass.extract.offload import offload_partition
+from recompute_pass.graph.costing import Costed, build_problem, measure, resolve_device
+from recompute_pass.graph.joint_graph import RegionBudgetError, analyze, prepare
+from recompute_pass.graph.plan_sizes import planned_hints
+from recompute_pass.memory import inductor_memory, liveness
+from recompute_pass.memory.liveness import PeakEstimate
+from recompute_pass.memory.plan_peak import JointSchedule
+from recompute_pass.offloading.peak import with_offload
+from recompute_pass.offloading.problem import OffloadProblem
+from recompute_pass.offloading.schedule import for_order, windows
 from recompute_pass.options import RecomputeOptions
-from recompute_pass.peak_budget import checks_within
-from recompute_pass.peak_milp import PeakSolver
-from recompute_pass.plan_peak import JointSchedule
-from recompute_pass.plan_sizes import planned_hints
 from recompute_pass.plan_sync import PlanSyncError, agree, agree_to_fail, partition_digest, rank_and_world
-from recompute_pass.problem import Plan
 from recompute_pass.report import PartitionReport, build_report, publish
-from recompute_pass.solve import Decision, decide
+from recompute_pass.search.decide import Decision, decide
+from recompute_pass.search.peak_budget import checks_within
+from recompute_pass.search.peak_milp import PeakSolver
+from recompute_pass.solver.problem import Plan
 
 log = logging.getLogger(__name__)
 

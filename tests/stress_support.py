@@ -19,9 +19,9 @@ from torch import fx
 
 import recompute_pass.partitioner as partitioner_module
 from recompute_pass import PartitionReport, capture_reports
-from recompute_pass.extraction import Partition
-from recompute_pass.problem import Problem
-from recompute_pass.solve import Decision
+from recompute_pass.extract.extraction import Partition
+from recompute_pass.search.decide import Decision
+from recompute_pass.solver.problem import Problem
 
 FULL = os.environ.get("RECOMPUTE_FULL", "") not in ("", "0")
 """Full-size stress sweeps (``RECOMPUTE_FULL=1``); CI runs the reduced form."""

@@ -26,11 +26,11 @@ from recompute_pass import (
 )
 from recompute_pass import torch_internals as ti
 from recompute_pass.capture import capture_step
-from recompute_pass.costing import build_problem
-from recompute_pass.frontier import Relaxation, hull
+from recompute_pass.graph.costing import build_problem
+from recompute_pass.graph.sized_inputs import SizedInputs
 from recompute_pass.partitioner import partition
-from recompute_pass.peak_budget import choose_by_peak, segment_plans
-from recompute_pass.sized_inputs import SizedInputs
+from recompute_pass.search.peak_budget import choose_by_peak, segment_plans
+from recompute_pass.solver.frontier import Relaxation, hull
 from tests.harness import Step, assert_same_step, run_step
 from tests.joint_graphs import capture_joints
 from tests.stress_support import full_only

@@ -35,7 +35,7 @@ from cost_model import (
     node_cost,
 )
 from recompute_pass import RecomputeOptions
-from recompute_pass.costing import FUSIBLE, build_problem, measure
+from recompute_pass.graph.costing import FUSIBLE, build_problem, measure
 from recompute_pass.partitioner import partition
 from tests.joint_graphs import CapturedJoint, reference_joints
 

@@ -18,14 +18,15 @@ import time
 import pytest
 import torch
 
-from recompute_pass import peak_milp, recompute_eager_backend
-from recompute_pass.costing import Costed, build_problem, resolve_device
-from recompute_pass.frontier import Relaxation, hull
+from recompute_pass import recompute_eager_backend
+from recompute_pass.graph.costing import Costed, build_problem, resolve_device
+from recompute_pass.memory.plan_peak import JointSchedule
 from recompute_pass.partitioner import PlanNodes
-from recompute_pass.peak_budget import choose_by_peak, segment_plans
-from recompute_pass.peak_milp import PeakModel, PeakSolver
-from recompute_pass.plan_peak import JointSchedule
-from recompute_pass.problem import Plan, Problem
+from recompute_pass.search import peak_milp
+from recompute_pass.search.peak_budget import choose_by_peak, segment_plans
+from recompute_pass.search.peak_milp import PeakModel, PeakSolver
+from recompute_pass.solver.frontier import Relaxation, hull
+from recompute_pass.solver.problem import Plan, Problem
 from tests.harness import assert_same_step, run_step
 from tests.joint_graphs import capture_joints, reference_joints
 
