@@ -14,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from benchmarks.cost_accuracy import (
+from benchmarks.cost_accuracy_records import (
     MEASURED,
     OVERHEAD_FLOOR,
     ROOFLINE,

@@ -397,7 +397,7 @@ def _signatures(joint: object, fused: bool = False) -> dict[fx.Node, str]:
 
 
 def test_accuracy_report_tables_targets_and_plot(tmp_path: Path) -> None:
-    from benchmarks.cost_accuracy import FusionRecord, OpError, PlanRecord, ProfilingTime
+    from benchmarks.cost_accuracy_records import FusionRecord, OpError, PlanRecord, ProfilingTime
     from benchmarks.cost_accuracy_report import plot, targets, verdict, write_results
 
     def plan(
