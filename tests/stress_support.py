@@ -66,9 +66,9 @@ def spy_partitions() -> Iterator[Spy]:
     spy = Spy()
     decide, realize = partitioner_module.decide, partitioner_module.realize
 
-    def spying_decide(problem: Problem, options: Any, *peaks: Any, **offloading: Any) -> Decision:
+    def spying_decide(problem: Problem, options: Any, scorer: Any = None) -> Decision:
         spy._realized.clear()
-        decision = decide(problem, options, *peaks, **offloading)
+        decision = decide(problem, options, scorer)
         if decision.plan in spy._realized:
             spy.calls.append(Partitioned(problem, decision, spy._realized[decision.plan]))
         else:

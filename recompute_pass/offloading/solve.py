@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -150,18 +150,17 @@ def offload_family(
     offload: OffloadProblem,
     plans: list[Plan],
     *,
-    windows_of: Callable[[Plan], OffloadProblem],
+    windows: Sequence[OffloadProblem],
     exact: bool,
     deadline: float,
     levels: int = 8,
 ) -> tuple[list[Plan], tuple[str, ...]]:
     """Plans with offload for the peak search: each given plan with its values offloaded
-    greedily in its own windows (``windows_of``; the fast path), and, when ``exact``, the
+    greedily in its own windows (``windows``, one per plan; the fast path), and, when ``exact``, the
     joint MILP's plan at up to ``levels`` device budgets spanning the given plans' bytes."""
     start = time.monotonic()
-    family = [
-        p for p in dict.fromkeys(greedy(problem, plan, windows_of(plan)) for plan in plans) if p.offloaded
-    ]
+    greedy_plans = (greedy(problem, plan, own) for plan, own in zip(plans, windows, strict=True))
+    family = [p for p in dict.fromkeys(greedy_plans) if p.offloaded]
     notes: list[str] = []
     if exact and offload.items:
         sizes = sorted({plan.size(problem) for plan in plans})

@@ -6,20 +6,20 @@ are exact unbudgeted problems, solved as min cuts: the end points of the frontie
 The relaxation that holds them is built once per graph and shared with the strategy.
 
 Peak budgets (``budget_mode="peak"``, ``peak_memory_bytes``): ``peak_budget`` chooses
-among the hull and segment plans by their predicted peak, which the caller computes.
+among the hull and segment plans by their predicted peak, which the caller's
+``PlanScorer`` computes.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from recompute_pass.offloading.problem import OffloadProblem
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.search.offload import OffloadSearch
-from recompute_pass.search.peak_budget import MAX_CHECKED, choose_by_peak
+from recompute_pass.search.peak_budget import choose_by_peak
+from recompute_pass.search.scorer import PlanScorer
 from recompute_pass.solver.frontier import Relaxation, hull
 from recompute_pass.solver.problem import Plan, Problem
 from recompute_pass.solver.strategies import STRATEGIES
@@ -49,53 +49,32 @@ class Decision:
 
 
 # How far past the time limit the clock stops the exact peak checks: a safety only, since
-# ``max_checked`` decides how many are made (a count, so that the plan does not depend on
+# ``PlanScorer.checks`` decides how many are made (a count, so that the plan does not depend on
 # load). At 2 it fired on a 2-core machine running three compiles, and dropped the check of
 # nanoGPT's lowest exact peak.
 SAFETY_FACTOR = 9
 
 
-def decide(
-    problem: Problem,
-    options: RecomputeOptions,
-    peak_of: Callable[[Plan], int] | None = None,
-    exact_peak_of: Callable[[Plan], int] | None = None,
-    peak_optimum: Callable[[Sequence[int], float], list[Plan]] | None = None,
-    *,
-    offload: OffloadProblem | None = None,
-    windows_of: Callable[[Plan], OffloadProblem] | None = None,
-    max_checked: int = MAX_CHECKED,
-) -> Decision:
-    """``peak_of``/``exact_peak_of``: a plan's predicted peak, estimated fast / as its
-    extracted graphs give it; needed when the budget is over the peak. ``peak_optimum``:
-    the cheapest plans at given estimated peaks (``peak_milp``), where the graph is small.
-    ``offload``: the offload windows, when ``options.offload`` and the device has a host
-    link; ``windows_of``, one plan's own (its backward order), for the fast path.
-    ``max_checked``: how many plans' exact peaks the peak search may ask for."""
+def decide(problem: Problem, options: RecomputeOptions, scorer: PlanScorer | None = None) -> Decision:
+    """``scorer``: the plans' peaks and offload windows (``search.scorer``), needed when the
+    budget is over the peak; the offload plans join the search when ``options.offload``."""
     start = time.perf_counter()
     deadline = time.monotonic() + options.time_limit
     relaxation = Relaxation.of(problem)
     # Fewest bytes first, cheapest last; within the time limit, coarser but exact.
     frontier = hull(relaxation, deadline=deadline)
     if options.budgets_peak and options.solver in ("milp", "mincut"):
-        if peak_of is None or exact_peak_of is None:
-            raise ValueError("a peak budget needs the plans' predicted peaks (peak_of, exact_peak_of)")
-        search = None
-        if options.offload:
-            search = OffloadSearch.of(problem, frontier, offload, options, deadline, windows_of)
-        if search is not None:
-            peak_of, exact_peak_of = search.recording(peak_of, exact_peak_of)
+        if scorer is None:
+            raise ValueError("a peak budget needs the plans' predicted peaks (a PlanScorer)")
+        search = OffloadSearch.of(problem, frontier, scorer, options, deadline) if options.offload else None
         choice = choose_by_peak(
             problem,
             frontier,
-            peak_of,
-            exact_peak_of,
+            scorer if search is None else search.recording(scorer),
             ratio=None if options.peak_memory_bytes is not None else options.memory_budget,
             cap=options.peak_memory_bytes,
             deadline=deadline,
-            max_checked=max_checked,
             check_deadline=deadline + SAFETY_FACTOR * options.time_limit,
-            peak_optimum=peak_optimum,
             extra=search.plans if search is not None else (),
         )
         return Decision(

@@ -11,13 +11,14 @@ offloads saves more for the same peak, so the choice at a budget recomputes less
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from recompute_pass.offloading.problem import OffloadProblem
 from recompute_pass.offloading.solve import offload_family
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.search.peak_budget import segment_plans
+from recompute_pass.search.scorer import PlanScorer
 from recompute_pass.solver.problem import Plan, Problem
 
 # Share of the time left that the offload MILP may use; the peak search needs the rest.
@@ -35,12 +36,12 @@ class OffloadSearch:
     def of(
         problem: Problem,
         frontier: tuple[Plan, ...],
-        offload: OffloadProblem | None,
+        scorer: PlanScorer,
         options: RecomputeOptions,
         deadline: float,
-        windows_of: Callable[[Plan], OffloadProblem] | None = None,
     ) -> OffloadSearch:
-        """``windows_of``: a plan's own windows (its backward order); default ``offload``'s."""
+        """``scorer.offload``: the windows (None: no host link); ``scorer.windows``, a plan's own."""
+        offload = scorer.offload
         if offload is None:
             return OffloadSearch((), ("offload: the device profile has no host link; nothing offloaded",))
         if not offload.items:
@@ -51,26 +52,15 @@ class OffloadSearch:
             problem,
             offload,
             base,
-            windows_of=windows_of or (lambda plan: offload),
+            windows=[scorer.windows(plan) for plan in base],
             exact=options.solver == "milp",
             deadline=budget,
         )
         return OffloadSearch(tuple(plans), (f"offload: {len(plans)} plans with offload searched", *notes))
 
-    def recording(
-        self, peak_of: Callable[[Plan], int], exact_peak_of: Callable[[Plan], int]
-    ) -> tuple[Callable[[Plan], int], Callable[[Plan], int]]:
-        """The two peak functions, remembering every plan's peak for the frontier."""
-
-        def estimate(plan: Plan) -> int:
-            self.estimates[plan] = peak_of(plan)
-            return self.estimates[plan]
-
-        def exact(plan: Plan) -> int:
-            self.exact[plan] = exact_peak_of(plan)
-            return self.exact[plan]
-
-        return estimate, exact
+    def recording(self, scorer: PlanScorer) -> PlanScorer:
+        """``scorer``, remembering every plan's peak for the frontier."""
+        return _Recording(scorer, self)
 
     def frontier(self, problem: Problem) -> tuple[tuple[int, float, int], ...]:
         """(peak, estimated overhead, offloaded bytes) that no other scored plan beats on
@@ -89,3 +79,33 @@ class OffloadSearch:
             if not any(q != p and all(a <= b for a, b in zip(q, p, strict=True)) for q in points)
         ]
         return tuple(sorted(kept))
+
+
+@dataclass
+class _Recording:
+    """A ``PlanScorer`` that records the peaks it gives in an ``OffloadSearch``."""
+
+    scorer: PlanScorer
+    search: OffloadSearch
+
+    @property
+    def checks(self) -> int:
+        return self.scorer.checks
+
+    @property
+    def offload(self) -> OffloadProblem | None:
+        return self.scorer.offload
+
+    def estimate(self, plan: Plan) -> int:
+        self.search.estimates[plan] = self.scorer.estimate(plan)
+        return self.search.estimates[plan]
+
+    def exact(self, plan: Plan) -> int:
+        self.search.exact[plan] = self.scorer.exact(plan)
+        return self.search.exact[plan]
+
+    def windows(self, plan: Plan) -> OffloadProblem:
+        return self.scorer.windows(plan)
+
+    def optimum(self, caps: Sequence[int], deadline: float) -> list[Plan]:
+        return self.scorer.optimum(caps, deadline)

@@ -25,10 +25,11 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from recompute_pass.search.peak_milp import estimate_caps
+from recompute_pass.search.scorer import PlanScorer
 from recompute_pass.solver.cut import CutGraph
 from recompute_pass.solver.frontier import dominant_price
 from recompute_pass.solver.problem import Plan, Problem
@@ -79,26 +80,21 @@ def segment_plans(problem: Problem) -> list[Plan]:
 def choose_by_peak(
     problem: Problem,
     frontier: tuple[Plan, ...],
-    peak_of: Callable[[Plan], int],
-    exact_peak_of: Callable[[Plan], int],
+    scorer: PlanScorer,
     *,
     ratio: float | None,
     cap: int | None,
     deadline: float,
-    max_checked: int = MAX_CHECKED,
     check_deadline: float | None = None,
-    peak_optimum: Callable[[Sequence[int], float], list[Plan]] | None = None,
     extra: Sequence[Plan] = (),
 ) -> PeakChoice:
     """``frontier``: the saved-bytes hull, fewest bytes first, the fastest plan last.
-    ``ratio`` or ``cap`` (bytes) sets the budget. ``peak_of`` estimates a plan's peak
-    quickly (the graph walk on the joint graph); ``exact_peak_of`` is what the report will
-    say (the extracted graphs walked, or Inductor's memory plan), predicted for at most
-    ``max_checked`` plans of the estimate's peak/cost front (``_checked``), the same plans
-    at any budget; ``check_deadline`` (default ``deadline``) stops them only as a safety.
-    ``peak_optimum`` (``peak_milp``, on small graphs) adds the cheapest plans at the lowest
-    estimated peak and at the budget.
-    ``extra``: more plans for the family (plans that offload values, ``offload_search``)."""
+    ``ratio`` or ``cap`` (bytes) sets the budget. ``scorer.estimate`` ranks the plans;
+    ``scorer.exact`` (what the report will say) is asked for at most ``scorer.checks``
+    plans of the estimate's peak/cost front (``_checked``), the same plans at any budget,
+    and for the plans ``scorer.optimum`` adds (the cheapest at the lowest estimated peak
+    and at the budget); ``check_deadline`` (default ``deadline``) stops the checks only as a
+    safety. ``extra``: more plans for the family (plans that offload values, ``offload_search``)."""
     fastest = frontier[-1]
     candidates = list(dict.fromkeys([fastest, *reversed(frontier[:-1]), *segment_plans(problem), *extra]))
     scored: dict[Plan, tuple[int, float]] = {}
@@ -109,17 +105,17 @@ def choose_by_peak(
             log.warning("recompute_pass: %s; using the best of those", note)
             notes.append(note)
             break
-        scored[plan] = (peak_of(plan), plan.cost(problem))
+        scored[plan] = (scorer.estimate(plan), plan.cost(problem))
     exact: dict[Plan, int] = {}
 
     def exact_of(plan: Plan) -> int:
         if plan not in exact:
-            exact[plan] = exact_peak_of(plan)
+            exact[plan] = scorer.exact(plan)
         return exact[plan]
 
     # The plans checked do not depend on the budget, so a lower budget can only remove
     # plans from those that fit: the chosen peak never rises as the budget falls.
-    checked = _checked(scored, fastest, max_checked)
+    checked = _checked(scored, fastest, scorer.checks)
     stop = deadline if check_deadline is None else check_deadline
     for plan in [fastest, *(p for p in checked if p != fastest)]:  # the range's top first
         if exact and time.monotonic() > stop:
@@ -145,12 +141,11 @@ def choose_by_peak(
             )
             notes.append(f"peak cap {cap} B infeasible; lowest-peak plan used")
             budget = min_peak
-    if peak_optimum is not None:
-        lowest = min(exact, key=lambda p: (exact[p], scored[p][1]))
-        ends = (min_peak, scored[lowest][0]), (max_peak, scored[fastest][0])
-        for found in peak_optimum(estimate_caps(budget, *ends), deadline):
-            scored.setdefault(found, (peak_of(found), found.cost(problem)))
-            exact_of(found)
+    lowest = min(exact, key=lambda p: (exact[p], scored[p][1]))
+    ends = (min_peak, scored[lowest][0]), (max_peak, scored[fastest][0])
+    for found in scorer.optimum(estimate_caps(budget, *ends), deadline):
+        scored.setdefault(found, (scorer.estimate(found), found.cost(problem)))
+        exact_of(found)
     fitting = [p for p in exact if exact[p] <= budget]
     plan = min(fitting, key=lambda p: (scored[p][1], exact[p]))
     notes.append(f"peak search over {len(scored)} plans, {len(exact)} checked")
