@@ -32,7 +32,7 @@ once). :meth:`PeakModel.peak` evaluates the model for a plan; the tests check it
 ``JointSchedule.peak`` on every valid plan of small graphs, and the MILP's optimum the
 brute-force one.
 
-Not exact: the walk is the fast estimate, not Inductor's memory plan (``exact_peak_of``
+Not exact: the walk is the fast estimate, not Inductor's memory plan (``PlanScorer.exact``
 still checks the choice); results with nested tuples raise ``Unsupported``; a solve
 stopped by its time limit returns its incumbent, valid and within the cap but not proven
 optimal (and then, like any time-limited MILP, dependent on the machine's speed).
