@@ -23,7 +23,7 @@ as ``benchmarks.run --path graphs`` does), and ``torch.set_num_threads(--threads
    its arithmetic, timed per op (``cost_model.measure``). For pointwise chains from the
    models, Inductor compiles ``g * chain(x)`` and ``g * y`` (y saved); the difference is
    what recomputing the chain really costs inside a fused kernel.
-4. **Profiling time.** ``recompute_pass.costing.measure`` on the 12-layer nanoGPT joint
+4. **Profiling time.** ``recompute_pass.graph.costing.measure`` on the 12-layer nanoGPT joint
    graph of ``benchmarks.solve_time``: cold (empty cache, device calibration included) and
    warm (the same cache read from disk).
 
@@ -39,7 +39,6 @@ import datetime
 import hashlib
 import json
 import math
-import os
 import random
 import resource
 import statistics
@@ -55,9 +54,17 @@ from torch import fx, nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from benchmarks.cases import SHAPES, SIZES, bench_cases
+from benchmarks.cost_accuracy_records import (
+    MEASURED,
+    ROOFLINE,
+    FusionRecord,
+    OpError,
+    PlanRecord,
+    ProfilingTime,
+)
+from benchmarks.machine import load_average, machine
 from benchmarks.models import GPT, GPTConfig
 from benchmarks.partition_stats import RecordingPartitioner
-from benchmarks.run import machine
 from benchmarks.snapshot import git_state
 from benchmarks.systems import make_backend
 from benchmarks.worker import _build, _clear_grads, _eager_step, _grad_diff, _grads, benchmark_settings
@@ -65,80 +72,14 @@ from cost_model import SizeHints, estimate_runtime, get_profile, measure_op_time
 from cost_model.torch_internals import is_op_overload, schema_name
 from recompute_pass import PartitionReport, RecomputeOptions, RecomputePartitioner, capture_reports
 from recompute_pass import torch_internals as ti
-from recompute_pass.costing import measure
-from recompute_pass.joint_graph import analyze, prepare
+from recompute_pass.graph.costing import measure
+from recompute_pass.graph.joint_graph import analyze, prepare
 from recompute_pass.partitioner import code_hash
 
 DEFAULT_MODELS = ("gpt", "llama", "cnn")
 DEFAULT_BUDGETS = (0.0, 0.25, 0.5, 0.75)
-OVERHEAD_FLOOR = 0.05  # the target counts points whose measured overhead is >= 5% of the step
-TARGET_ERROR = 0.20
 GRAD_TOLERANCE = 1e-4
 STEP_SEED = 2
-ROOFLINE = "roofline"
-MEASURED = "measured"
-
-
-@dataclass(frozen=True)
-class PlanRecord:
-    """One compiled plan of one model and its measured step."""
-
-    model: str
-    costs: str  # ROOFLINE or MEASURED
-    budget: float  # the ratio asked, or for ``at_bytes`` the roofline plan's ratio
-    at_bytes: bool  # measured costs at the roofline plan's saved bytes (``memory_budget_bytes``)
-    budget_bytes: int | None
-    saved_bytes: int  # report: activation bytes saved
-    graph_saved_bytes: int  # read off the partitioned graphs (RecordingPartitioner)
-    recompute_flops: int
-    est_overhead: float  # report: estimated step overhead (objective), seconds
-    plan: str  # identifies the plan: same text, same graphs
-    step_seconds: float  # median over rounds
-    step_iqr: float
-    grads_ok: bool
-    est_delta: float | None = None  # est_overhead minus the same cost model's budget-1.0 plan's
-    delta: float | None = None  # median of paired step-time differences from that plan
-    delta_iqr: float | None = None
-    # Minor page faults per step (median over rounds), and the step's system (kernel) time
-    # minus the budget-1.0 plan's, mean over rounds: time outside any op, unpriced by the model.
-    faults_per_step: float | None = None
-    system_delta: float | None = None
-    # ``at_bytes`` only: paired step-time difference from the roofline plan at this budget
-    vs_roofline: float | None = None
-    vs_roofline_iqr: float | None = None
-
-
-@dataclass(frozen=True)
-class OpError:
-    model: str
-    op: str  # profiler name and input shapes
-    kind: str
-    nodes: int  # joint-graph nodes with this key
-    roofline_seconds: float  # device="auto" profile, unfused kernel
-    measured_seconds: float  # isolated, cost_model.measure
-    in_step_seconds: float  # mean per call in a profiled step
-
-
-@dataclass(frozen=True)
-class FusionRecord:
-    chain: str
-    elements: int
-    measured_delta: float  # Inductor: g * chain(x) minus g * y, median of paired differences
-    measured_delta_iqr: float
-    estimate_measured: float  # sum of the chain's ops' measured fused arithmetic
-    estimate_roofline: float  # sum of their roofline fused arithmetic
-
-
-@dataclass(frozen=True)
-class ProfilingTime:
-    layers: int
-    joint_nodes: int
-    timed_nodes: int
-    distinct_ops: int
-    cold_seconds: float  # empty cache: calibration + every op timed
-    warm_seconds: float  # the same call again: the cache read from disk
-    measured: int
-    failed: int
 
 
 # -- 1. step overhead ----------------------------------------------------------------------
@@ -565,7 +506,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     command = "python -m benchmarks.cost_accuracy " + " ".join(sys.argv[1:] if argv is None else argv)
     started = time.perf_counter()
-    load_before = _load()
+    load_before = load_average()
     args.out.mkdir(parents=True, exist_ok=True)
     plans: list[PlanRecord] = []
     errors: list[OpError] = []
@@ -598,7 +539,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "code_hash": code_hash()[:12],
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "wall_minutes": round((time.perf_counter() - started) / 60, 1),
-        "load_average": [load_before, _load()],
+        "load_average": [load_before, load_average()],
     }
     data = {
         "meta": meta,
@@ -614,13 +555,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_results(meta, plans, errors, fusion, timing, args.out / "RESULTS.md")
     _progress(f"wrote {args.out}")
     return 0
-
-
-def _load() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
 
 
 def _progress(message: str) -> None:

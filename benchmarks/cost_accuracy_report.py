@@ -14,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from benchmarks.cost_accuracy import (
+from benchmarks.cost_accuracy_records import (
     MEASURED,
     OVERHEAD_FLOOR,
     ROOFLINE,
@@ -361,8 +361,8 @@ def write_results(
         f"| {timing.joint_nodes} | {timing.timed_nodes} | {timing.distinct_ops} | {timing.measured} | "
         f"{timing.failed} | {timing.cold_seconds:.2f} s | {timing.warm_seconds * 1e3:.1f} ms |",
         "",
-        "Cold: `recompute_pass.costing.measure` with an empty cache (device calibration included); warm: the "
-        "same call again, the cache read from disk (median of 5).",
+        "Cold: `recompute_pass.graph.costing.measure` with an empty cache (device calibration included); "
+        "warm: the same call again, the cache read from disk (median of 5).",
         "",
     ]
     out.write_text("\n".join(lines))

@@ -34,6 +34,7 @@ from torch import nn
 
 from benchmarks import ranks, tables
 from benchmarks.cases import bench_cases
+from benchmarks.machine import load_average, machine
 from benchmarks.measure import step_memory
 from benchmarks.partition_stats import RecordingPartitioner
 from benchmarks.records import GRAD_TOLERANCE
@@ -328,8 +329,6 @@ def _budget(budget: float | None) -> str:
 
 
 def main(args: argparse.Namespace, command: str) -> int:
-    from benchmarks.run import _load_average, machine
-
     if args.distributed not in MODES:
         print(f"unknown --distributed {args.distributed!r}; available: {', '.join(MODES)}")
         return 2
@@ -345,7 +344,7 @@ def main(args: argparse.Namespace, command: str) -> int:
     out.mkdir(parents=True, exist_ok=True)
     print(f"{len(cfgs)} configurations on {args.world} ranks -> {out}", flush=True)
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    load_before = _load_average()
+    load_before = load_average()
     start = time.perf_counter()
     records = run(cfgs, args.timeout)
     meta = {
@@ -361,7 +360,7 @@ def main(args: argparse.Namespace, command: str) -> int:
         "budgets": list(budgets),
         "machine": machine(),
         "load_average_before": load_before,
-        "load_average_after": _load_average(),
+        "load_average_after": load_average(),
         "code": git_state(),
     }
     data = {"meta": meta, "records": [dataclasses.asdict(r) for r in records]}

@@ -31,7 +31,7 @@ from torch import fx
 
 from cost_model import MATRIX_KINDS, DeviceProfile, SizeHints, estimate_runtime, node_cost, tensor_bytes
 from recompute_pass import torch_internals as ti
-from recompute_pass.costing import FUSIBLE
+from recompute_pass.graph.costing import FUSIBLE
 
 Partitioner = Callable[..., tuple[fx.GraphModule, fx.GraphModule]]
 

@@ -19,7 +19,6 @@ import datetime
 import functools
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -29,9 +28,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from benchmarks import hf_models
 from benchmarks.analysis import held
 from benchmarks.cases import SIZES, bench_cases
+from benchmarks.machine import load_average, machine
 from benchmarks.records import FIELDS, Config, Record
 from benchmarks.snapshot import ROOT, git_state, snapshot_code
 from benchmarks.systems import DEFAULT_SYSTEMS, PATHS, PYTORCH_DEFAULT_BUDGET, QUICK_SYSTEMS, SYSTEMS
@@ -189,40 +188,6 @@ def execute(
     return records
 
 
-def machine() -> dict[str, object]:
-    """What the numbers were measured on."""
-    import torch
-
-    cpu = platform.processor()
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        names = [ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")]
-        cpu = names[0] if names else cpu
-    except OSError:
-        pass
-    info: dict[str, object] = {
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "platform": platform.platform(),
-    }
-    if hf_models.available():
-        import transformers
-
-        info["transformers"] = transformers.__version__
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-    return info
-
-
-def _load_average() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
-
-
 def write_records(out: Path, records: list[Record], meta: dict[str, object]) -> None:
     data = {"meta": meta, "records": [r.to_dict() for r in records]}
     (out / "records.json").write_text(json.dumps(data, indent=1))
@@ -372,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         jsonl.write_text("")
     start = time.perf_counter()
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    load_before = _load_average()
+    load_before = load_average()
 
     def sink(record: Record) -> None:
         with open(jsonl, "a") as f:
@@ -394,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "started": started,
         "wall_seconds": round(time.perf_counter() - start, 1),
         "load_average_before": load_before,
-        "load_average_after": _load_average(),
+        "load_average_after": load_average(),
         "jobs": plan.jobs,
         "budgets": list(budgets),
         "machine": machine(),

@@ -29,9 +29,9 @@ import torch
 
 from recompute_pass.backend import RecomputeBackend, recompute_backend
 from recompute_pass.capture import CapturedStep, capture_step
+from recompute_pass.graph.sized_inputs import SizedInputs
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.report import PartitionReport
-from recompute_pass.sized_inputs import SizedInputs
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +230,7 @@ class _DropInfeasible(logging.Filter):
 @contextlib.contextmanager
 def _quiet_infeasible_caps() -> Iterator[None]:
     """Probing sizes that do not fit is the point: no warning for each."""
-    logger = logging.getLogger("recompute_pass.peak_budget")
+    logger = logging.getLogger("recompute_pass.search.peak_budget")
     dropped = _DropInfeasible()
     logger.addFilter(dropped)
     try:

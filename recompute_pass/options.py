@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cost_model import PROFILES, DeviceProfile
-from recompute_pass.strategies import STRATEGIES
+from recompute_pass.solver.strategies import STRATEGIES
 
 SOLVERS = tuple(STRATEGIES)  # the registry is the list: a new strategy is a valid solver
 DEVICES = ("auto", "measure", *sorted(PROFILES))
@@ -75,7 +75,7 @@ class RecomputeOptions:
     offload: a third choice per saved value, besides keep and recompute: offload it to
         host memory after its last forward use and reload it before its first backward
         use, where the device profile's host link hides the transfer in compute
-        (``recompute_pass.offload``). Needs a peak budget and solver ``milp`` (exact, joint
+        (``recompute_pass.offloading.problem``). Needs a peak budget and solver ``milp`` (exact, joint
         MILP) or ``mincut`` (greedy). Off by default: unmeasured on a GPU so far.
     offload_host_bytes: with ``offload``, a cap on the host bytes offloaded values hold
         (None: no cap).

@@ -9,7 +9,7 @@ import hashlib
 import logging
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,25 +17,26 @@ from typing import Any
 import torch
 from torch import fx
 
-from recompute_pass import inductor_memory, liveness, report_store
+from recompute_pass import report_store
 from recompute_pass import torch_internals as ti
-from recompute_pass.costing import Costed, build_problem, measure, resolve_device
-from recompute_pass.extraction import Partition, extract
-from recompute_pass.joint_graph import RegionBudgetError, analyze, prepare
-from recompute_pass.liveness import PeakEstimate
-from recompute_pass.offload import OffloadProblem
-from recompute_pass.offload_extraction import offload_partition
-from recompute_pass.offload_peak import with_offload
-from recompute_pass.offload_schedule import for_order, windows
+from recompute_pass.extract.extraction import Partition, extract
+from recompute_pass.extract.offload import offload_partition
+from recompute_pass.graph.costing import Costed, build_problem, measure, resolve_device
+from recompute_pass.graph.joint_graph import RegionBudgetError, analyze, prepare
+from recompute_pass.graph.plan_sizes import planned_hints
+from recompute_pass.memory import inductor_memory, liveness
+from recompute_pass.memory.liveness import PeakEstimate
+from recompute_pass.memory.plan_peak import JointSchedule
+from recompute_pass.offloading.peak import with_offload
+from recompute_pass.offloading.problem import OffloadProblem
+from recompute_pass.offloading.schedule import for_order, windows
 from recompute_pass.options import RecomputeOptions
-from recompute_pass.peak_budget import checks_within
-from recompute_pass.peak_milp import PeakSolver
-from recompute_pass.plan_peak import JointSchedule
-from recompute_pass.plan_sizes import planned_hints
 from recompute_pass.plan_sync import PlanSyncError, agree, agree_to_fail, partition_digest, rank_and_world
-from recompute_pass.problem import Plan
 from recompute_pass.report import PartitionReport, build_report, publish
-from recompute_pass.solve import Decision, decide
+from recompute_pass.search.decide import decide
+from recompute_pass.search.peak_budget import checks_within
+from recompute_pass.search.peak_milp import PeakSolver
+from recompute_pass.solver.problem import Plan
 
 log = logging.getLogger(__name__)
 
@@ -110,75 +111,30 @@ def partition(
     sizes = options.plan_size_map()
     hints = planned_hints(joint.module.graph, sizes) if sizes else None
     costed = build_problem(joint, device, measured, hints)
-    # Only a peak budget scores many plans; the saved-bytes path needs no schedule.
-    schedule = JointSchedule.of(joint, costed.hints) if options.budgets_peak else None
-    # Offload: the windows of each value that may be offloaded (None: no host link).
-    offload = windows(costed, options.offload_host_bytes) if options.offload else None
-    graph_nodes = {n.name: n for n in joint.module.graph.nodes} if offload is not None else {}
-
-    def peak_of(plan: Plan) -> int:
-        assert schedule is not None
-        nodes = PlanNodes.of(costed, plan)
-        states = nodes.state_bytes(costed)
-        estimate = schedule.peak(set(nodes.saved), nodes.recomputed, states)
-        if plan.offloaded:
-            off = {joint.candidates[i].node: costed.problem.items[i].size for i in plan.offloaded}
-            estimate = with_offload(estimate, off, graph_nodes, costed.device, costed.hints)
-        return estimate.peak_bytes
-
-    realized: dict[Plan, tuple[Partition, PeakEstimate]] = {}
     # Inductor's memory model does not know the offload ops: with offload, every plan's
     # peak comes from the graphs, so that plans with and without offload compare alike.
     inductor = compiler == "inductor" and options.peak_model == "auto" and not options.offload
-
-    def realize_once(plan: Plan) -> tuple[Partition, PeakEstimate]:
-        if plan not in realized:
-            realized[plan] = realize(costed, plan, inductor=inductor, plan_sizes=sizes)
-        return realized[plan]
-
-    def peak_optimum(caps: Sequence[int], deadline: float) -> list[Plan]:
-        """Small graphs: the exact MILP over the walk's peak adds its plans to the peak search
-        (built only when the peak search asks)."""
-        assert schedule is not None
-        solver = PeakSolver.of(costed, schedule, time_limit=options.time_limit)
-        return [] if solver is None else solver.plans(caps, deadline)
-
-    def windows_of(plan: Plan) -> OffloadProblem:
-        assert schedule is not None and offload is not None
-        nodes = PlanNodes.of(costed, plan)
-        return for_order(offload, costed, schedule.backward_order(set(nodes.saved), set(nodes.recomputed)))
-
-    def extracted_peak_of(plan: Plan) -> int:
-        return realize_once(plan)[1].peak_bytes
-
-    # Without Inductor or offload the graphs run as extracted, which the joint-graph walk
-    # replays exactly (tests/test_liveness.py): the peak search then extracts no plan, and
-    # checks every plan of the front. Extracted (or Inductor's) peaks are checked for as
-    # many plans as the time limit is expected to allow: a count, so that the plan does
-    # not depend on the machine's speed.
-    replayed = options.budgets_peak and not inductor and not options.offload
-    counted = checks_within(options.time_limit, len(joint.module.graph.nodes))
-    # The offload arguments only with offload: the call is otherwise what it always was.
-    offloading = {"offload": offload, "windows_of": windows_of} if options.offload else {}
-
-    def choose(exact_peak_of: Callable[[Plan], int], checks: int) -> Decision:
-        return decide(
-            costed.problem, options, peak_of, exact_peak_of, peak_optimum, max_checked=checks, **offloading
-        )
-
-    decision = choose(peak_of, sys.maxsize) if replayed else choose(extracted_peak_of, counted)
-    if replayed and (walked := peak_of(decision.plan)) != (extracted := extracted_peak_of(decision.plan)):
-        log.warning(
-            "recompute_pass: the joint-graph walk predicted %d B, the extracted graphs %d B; "
-            "choosing again on extracted graphs",
-            walked,
-            extracted,
-        )
-        decision = choose(extracted_peak_of, counted)
+    realized: dict[Plan, tuple[Partition, PeakEstimate]] = {}
+    scorer = None
+    if options.budgets_peak:  # only a peak budget scores many plans
+        scorer = JointScorer.of(costed, options, inductor=inductor, plan_sizes=sizes, realized=realized)
+    decision = decide(costed.problem, options, scorer)
+    if scorer is not None and scorer.walked:
+        walked, extracted = scorer.estimate(decision.plan), scorer.realize(decision.plan)[1].peak_bytes
+        if walked != extracted:
+            log.warning(
+                "recompute_pass: the joint-graph walk predicted %d B, the extracted graphs %d B; "
+                "choosing again on extracted graphs",
+                walked,
+                extracted,
+            )
+            decision = decide(costed.problem, options, scorer.on_graphs())
     # Under a process group: every rank's plan is rank 0's (or was equal to it already).
     synced = agree(costed, decision, options)
     decision = synced.decision
-    result, peak = realize_once(decision.plan)
+    if decision.plan not in realized:
+        realized[decision.plan] = realize(costed, decision.plan, inductor=inductor, plan_sizes=sizes)
+    result, peak = realized[decision.plan]
     if peak.compile_patches:  # the config the predicted peak assumes, applied on every route
         result.backward.meta[ti.COMPILE_PATCHES] = dict(peak.compile_patches)
         ti.honour_compile_patches()
@@ -211,6 +167,94 @@ class PlanNodes:
     def state_bytes(self, costed: Costed) -> dict[str, int]:
         items = costed.problem.items
         return {node.name: items[i].size for i, node in zip(self.states, self.replayed, strict=True)}
+
+
+@dataclass(frozen=True)
+class JointScorer:
+    """The peak search's ``PlanScorer`` for one joint graph: the estimate walks the joint
+    graph in the plan's backward order (``plan_peak``, offloaded bytes off the device);
+    the exact peak is the extracted graphs' (or Inductor's memory plan, when ``inductor``),
+    or, when ``walked``, the walk itself.
+
+    ``walked``: without Inductor or offload the graphs run as extracted, which the walk
+    replays exactly (tests/test_liveness.py): the search then extracts no plan and checks
+    every plan of the front. Otherwise exact peaks are checked for as many plans as the
+    time limit is expected to allow (``peak_budget.checks_within``): a count, so that the
+    plan does not depend on the machine's speed."""
+
+    costed: Costed
+    schedule: JointSchedule
+    offload: OffloadProblem | None  # the windows, with offload (None: not asked, or no host link)
+    checks: int
+    walked: bool
+    inductor: bool
+    time_limit: float
+    plan_sizes: dict[str, int]
+    realized: dict[Plan, tuple[Partition, PeakEstimate]]  # shared: each plan extracted once
+    graph_nodes: dict[str, fx.Node]  # by name, for offload's transfer times
+
+    @staticmethod
+    def of(
+        costed: Costed,
+        options: RecomputeOptions,
+        *,
+        inductor: bool,
+        plan_sizes: dict[str, int],
+        realized: dict[Plan, tuple[Partition, PeakEstimate]],
+    ) -> JointScorer:
+        joint = costed.joint
+        # Offload: the windows of each value that may be offloaded (None: no host link).
+        offload = windows(costed, options.offload_host_bytes) if options.offload else None
+        walked = not inductor and not options.offload
+        counted = checks_within(options.time_limit, len(joint.module.graph.nodes))
+        return JointScorer(
+            costed=costed,
+            schedule=JointSchedule.of(joint, costed.hints),
+            offload=offload,
+            checks=sys.maxsize if walked else counted,
+            walked=walked,
+            inductor=inductor,
+            time_limit=options.time_limit,
+            plan_sizes=plan_sizes,
+            realized=realized,
+            graph_nodes={n.name: n for n in joint.module.graph.nodes} if offload is not None else {},
+        )
+
+    def on_graphs(self) -> JointScorer:
+        """The same scorer with exact peaks from the extracted graphs, for the counted checks."""
+        checks = checks_within(self.time_limit, len(self.costed.joint.module.graph.nodes))
+        return dataclasses.replace(self, walked=False, checks=checks)
+
+    def estimate(self, plan: Plan) -> int:
+        costed = self.costed
+        nodes = PlanNodes.of(costed, plan)
+        estimate = self.schedule.peak(set(nodes.saved), nodes.recomputed, nodes.state_bytes(costed))
+        if plan.offloaded:
+            off = {costed.joint.candidates[i].node: costed.problem.items[i].size for i in plan.offloaded}
+            estimate = with_offload(estimate, off, self.graph_nodes, costed.device, costed.hints)
+        return estimate.peak_bytes
+
+    def exact(self, plan: Plan) -> int:
+        return self.estimate(plan) if self.walked else self.realize(plan)[1].peak_bytes
+
+    def realize(self, plan: Plan) -> tuple[Partition, PeakEstimate]:
+        """The plan's graphs and their predicted peak, extracted once per plan."""
+        if plan not in self.realized:
+            self.realized[plan] = realize(
+                self.costed, plan, inductor=self.inductor, plan_sizes=self.plan_sizes
+            )
+        return self.realized[plan]
+
+    def windows(self, plan: Plan) -> OffloadProblem:
+        assert self.offload is not None
+        nodes = PlanNodes.of(self.costed, plan)
+        order = self.schedule.backward_order(set(nodes.saved), set(nodes.recomputed))
+        return for_order(self.offload, self.costed, order)
+
+    def optimum(self, caps: Sequence[int], deadline: float) -> list[Plan]:
+        """Small graphs: the exact MILP over the walk's peak (built only when the search asks)."""
+        solver = PeakSolver.of(self.costed, self.schedule, time_limit=self.time_limit)
+        return [] if solver is None else solver.plans(caps, deadline)
 
 
 def realize(

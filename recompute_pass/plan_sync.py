@@ -43,11 +43,11 @@ import torch.distributed as dist
 from torch import fx
 
 from recompute_pass import torch_internals as ti
-from recompute_pass.costing import Costed
+from recompute_pass.graph.costing import Costed
 from recompute_pass.options import RecomputeOptions
-from recompute_pass.problem import Plan
 from recompute_pass.report import canonical_names, describe_shape
-from recompute_pass.solve import Decision
+from recompute_pass.search.decide import Decision
+from recompute_pass.solver.problem import Plan
 
 log = logging.getLogger(__name__)
 

@@ -23,10 +23,10 @@ from torch import fx
 
 from cost_model import OpKind
 from recompute_pass import torch_internals as ti
-from recompute_pass.costing import Costed
-from recompute_pass.extraction import Partition
-from recompute_pass.liveness import PeakEstimate
-from recompute_pass.solve import Decision
+from recompute_pass.extract.extraction import Partition
+from recompute_pass.graph.costing import Costed
+from recompute_pass.memory.liveness import PeakEstimate
+from recompute_pass.search.decide import Decision
 
 log = logging.getLogger("recompute_pass")
 

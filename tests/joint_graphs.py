@@ -11,7 +11,7 @@ from torch import fx
 
 from benchmarks.models import model_cases
 from recompute_pass import torch_internals as ti
-from recompute_pass.joint_graph import JointGraph, analyze, prepare
+from recompute_pass.graph.joint_graph import JointGraph, analyze, prepare
 
 REFERENCE_BATCH = 4
 

@@ -10,7 +10,7 @@ while the context is open:
 - ``ao.wait_tensor(x, keepalive, last_use_of_storage)`` returns ``x``; it frees
   ``keepalive``'s storage, as PyTorch's does once a transfer is complete (our graphs pass
   the source as ``last_use_of_storage`` instead, which only keeps it alive until then:
-  ``recompute_pass.offload_extraction``).
+  ``recompute_pass.extract.offload``).
 
 Nothing moves between memories and nothing overlaps: this checks the plan and the
 rewritten graphs (which values, which ops where, gradients), not transfer speed. It is not

@@ -19,9 +19,9 @@ from torch import fx
 
 import recompute_pass.partitioner as partitioner_module
 from recompute_pass import PartitionReport, capture_reports
-from recompute_pass.extraction import Partition
-from recompute_pass.problem import Problem
-from recompute_pass.solve import Decision
+from recompute_pass.extract.extraction import Partition
+from recompute_pass.search.decide import Decision
+from recompute_pass.solver.problem import Problem
 
 FULL = os.environ.get("RECOMPUTE_FULL", "") not in ("", "0")
 """Full-size stress sweeps (``RECOMPUTE_FULL=1``); CI runs the reduced form."""
@@ -66,9 +66,9 @@ def spy_partitions() -> Iterator[Spy]:
     spy = Spy()
     decide, realize = partitioner_module.decide, partitioner_module.realize
 
-    def spying_decide(problem: Problem, options: Any, *peaks: Any, **offloading: Any) -> Decision:
+    def spying_decide(problem: Problem, options: Any, scorer: Any = None) -> Decision:
         spy._realized.clear()
-        decision = decide(problem, options, *peaks, **offloading)
+        decision = decide(problem, options, scorer)
         if decision.plan in spy._realized:
             spy.calls.append(Partitioned(problem, decision, spy._realized[decision.plan]))
         else:

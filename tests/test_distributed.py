@@ -309,7 +309,7 @@ def test_collectives_are_never_recomputable_even_when_tagged_for_recompute(singl
     import torch.distributed._functional_collectives as funcol
     from torch.utils.checkpoint import CheckpointPolicy
 
-    from recompute_pass.joint_graph import analyze, prepare
+    from recompute_pass.graph.joint_graph import analyze, prepare
 
     weight = torch.randn(16, 16, requires_grad=True)
     found: dict[str, tuple[bool, str]] = {}

@@ -26,13 +26,14 @@ from recompute_pass import (
 )
 from recompute_pass import torch_internals as ti
 from recompute_pass.capture import capture_step
-from recompute_pass.costing import build_problem
-from recompute_pass.frontier import Relaxation, hull
+from recompute_pass.graph.costing import build_problem
+from recompute_pass.graph.sized_inputs import SizedInputs
 from recompute_pass.partitioner import partition
-from recompute_pass.peak_budget import choose_by_peak, segment_plans
-from recompute_pass.sized_inputs import SizedInputs
+from recompute_pass.search.peak_budget import choose_by_peak, segment_plans
+from recompute_pass.solver.frontier import Relaxation, hull
 from tests.harness import Step, assert_same_step, run_step
 from tests.joint_graphs import capture_joints
+from tests.scorers import FakeScorer
 from tests.stress_support import full_only
 
 SEQ_MAX = 128  # the model's longest sequence (its RoPE tables)
@@ -258,11 +259,11 @@ def test_a_cap_below_the_estimated_lowest_plan_checks_the_next_lowest() -> None:
     lowest = ranked[-1]
     exact[lowest] = 5000  # the estimate's lowest is in fact the highest
     cap = exact[ranked[-2]]
+    scorer = FakeScorer(lambda p: estimate.get(p, 2000), lambda p: exact.get(p, 2000))
     choice = choose_by_peak(
         problem,
         frontier,
-        lambda p: estimate.get(p, 2000),
-        lambda p: exact.get(p, 2000),
+        scorer,
         ratio=None,
         cap=cap,
         deadline=math.inf,

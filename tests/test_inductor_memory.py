@@ -27,11 +27,11 @@ from recompute_pass import (
     RecomputeOptions,
     RecomputePartitioner,
     capture_reports,
-    inductor_memory,
     install,
     recompute_backend,
 )
 from recompute_pass import torch_internals as ti
+from recompute_pass.memory import inductor_memory
 from recompute_pass.partitioner import partition
 from tests.harness import Step, assert_same_step, build, case_inputs, run_step
 from tests.joint_graphs import reference_joints

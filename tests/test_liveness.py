@@ -18,11 +18,11 @@ from benchmarks.measure import step_memory
 from benchmarks.models import model_cases
 from recompute_pass import capture_reports, recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti
-from recompute_pass.costing import build_problem, resolve_device
-from recompute_pass.frontier import Relaxation, hull
+from recompute_pass.graph.costing import build_problem, resolve_device
+from recompute_pass.memory.plan_peak import JointSchedule
 from recompute_pass.partitioner import PlanNodes, realize
-from recompute_pass.peak_budget import segment_plans
-from recompute_pass.plan_peak import JointSchedule
+from recompute_pass.search.peak_budget import segment_plans
+from recompute_pass.solver.frontier import Relaxation, hull
 from tests.harness import assert_same_step, build, case_inputs, run_step
 from tests.joint_graphs import capture_joints
 

@@ -35,7 +35,7 @@ from cost_model import (
     node_cost,
 )
 from recompute_pass import RecomputeOptions
-from recompute_pass.costing import FUSIBLE, build_problem, measure
+from recompute_pass.graph.costing import FUSIBLE, build_problem, measure
 from recompute_pass.partitioner import partition
 from tests.joint_graphs import CapturedJoint, reference_joints
 
@@ -397,7 +397,7 @@ def _signatures(joint: object, fused: bool = False) -> dict[fx.Node, str]:
 
 
 def test_accuracy_report_tables_targets_and_plot(tmp_path: Path) -> None:
-    from benchmarks.cost_accuracy import FusionRecord, OpError, PlanRecord, ProfilingTime
+    from benchmarks.cost_accuracy_records import FusionRecord, OpError, PlanRecord, ProfilingTime
     from benchmarks.cost_accuracy_report import plot, targets, verdict, write_results
 
     def plan(

@@ -19,8 +19,8 @@ from benchmarks.models import model_cases
 from cost_model import calibrate
 from recompute_pass import PartitionReport, RecomputeOptions, recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti
-from recompute_pass.costing import resolve_device
-from recompute_pass.offload_schedule import offloadable
+from recompute_pass.graph.costing import resolve_device
+from recompute_pass.offloading.schedule import offloadable
 from tests.harness import assert_same_step, build, case_inputs, run_step
 from tests.offload_standin import STANDIN_PROFILE, cpu_host_tier
 

@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from recompute_pass.offload import OffloadItem, OffloadProblem
-from recompute_pass.offload_link import backward_slots, forward_slots
-from recompute_pass.offload_solve import greedy, solve_joint
-from recompute_pass.problem import Item, Plan, Problem
+from recompute_pass.offloading.link import backward_slots, forward_slots
+from recompute_pass.offloading.problem import OffloadItem, OffloadProblem
+from recompute_pass.offloading.solve import greedy, solve_joint
+from recompute_pass.solver.problem import Item, Plan, Problem
 
 
 def _random_case(seed: int) -> tuple[Problem, OffloadProblem]:

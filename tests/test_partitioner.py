@@ -13,7 +13,7 @@ import recompute_pass.partitioner as partitioner_module
 from benchmarks.models import model_cases
 from recompute_pass import recompute_eager_backend
 from recompute_pass import torch_internals as ti
-from recompute_pass.costing import resolve_device
+from recompute_pass.graph.costing import resolve_device
 from tests.harness import assert_same_step, build, case_inputs, run_step
 
 CASES = model_cases()

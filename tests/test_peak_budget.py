@@ -124,8 +124,8 @@ def test_walk_disagreeing_with_extraction_chooses_again(
     """Without Inductor the peak search trusts the joint-graph walk to replay extraction;
     should it ever not, the plan is chosen again on extracted graphs, so the cap holds on
     what the report predicts."""
-    from recompute_pass.liveness import PeakEstimate
-    from recompute_pass.plan_peak import JointSchedule
+    from recompute_pass.memory.liveness import PeakEstimate
+    from recompute_pass.memory.plan_peak import JointSchedule
 
     walk = JointSchedule.peak
 
@@ -144,7 +144,7 @@ def test_walk_disagreeing_with_extraction_chooses_again(
 def test_inductor_checks_are_counted_not_timed() -> None:
     """How many plans get an Inductor lowering depends on the graph and the time limit,
     never on the clock: the same graph gets the same plan on a loaded machine."""
-    from recompute_pass.peak_budget import MAX_CHECKED, checks_within
+    from recompute_pass.search.peak_budget import MAX_CHECKED, checks_within
 
     assert checks_within(10.0, 570) == 5  # a 2-layer zoo model at the default time limit
     assert checks_within(1e-9, 10**6) == 2  # always the range's two ends

@@ -18,16 +18,18 @@ import time
 import pytest
 import torch
 
-from recompute_pass import peak_milp, recompute_eager_backend
-from recompute_pass.costing import Costed, build_problem, resolve_device
-from recompute_pass.frontier import Relaxation, hull
+from recompute_pass import recompute_eager_backend
+from recompute_pass.graph.costing import Costed, build_problem, resolve_device
+from recompute_pass.memory.plan_peak import JointSchedule
 from recompute_pass.partitioner import PlanNodes
-from recompute_pass.peak_budget import choose_by_peak, segment_plans
-from recompute_pass.peak_milp import PeakModel, PeakSolver
-from recompute_pass.plan_peak import JointSchedule
-from recompute_pass.problem import Plan, Problem
+from recompute_pass.search import peak_milp
+from recompute_pass.search.peak_budget import choose_by_peak, segment_plans
+from recompute_pass.search.peak_milp import PeakModel, PeakSolver
+from recompute_pass.solver.frontier import Relaxation, hull
+from recompute_pass.solver.problem import Plan, Problem
 from tests.harness import assert_same_step, run_step
 from tests.joint_graphs import capture_joints, reference_joints
+from tests.scorers import FakeScorer
 
 FULL_ONLY = pytest.mark.skipif(os.environ.get("RECOMPUTE_FULL") != "1", reason="RECOMPUTE_FULL=1 runs it")
 CHOICES = 10  # items free to be saved or recomputed in the brute force: 2**10 saved sets
@@ -191,16 +193,9 @@ def test_choose_by_peak_takes_a_cheaper_milp_plan_at_equal_peak() -> None:
     assert solver is not None
 
     def choose(peak_optimum: object) -> Plan:
-        return choose_by_peak(
-            problem,
-            frontier,
-            case.walk,
-            case.walk,
-            ratio=0.0,
-            cap=None,
-            deadline=time.monotonic() + 30,
-            peak_optimum=peak_optimum,  # type: ignore[arg-type]
-        ).plan
+        scorer = FakeScorer(case.walk, case.walk, optimum_of=peak_optimum)  # type: ignore[arg-type]
+        deadline = time.monotonic() + 30
+        return choose_by_peak(problem, frontier, scorer, ratio=0.0, cap=None, deadline=deadline).plan
 
     without, with_milp = choose(None), choose(solver.plans)
     assert case.walk(without) == case.walk(with_milp) == lowest

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from recompute_pass.cut import CutGraph
-from recompute_pass.frontier import Relaxation, hull
-from recompute_pass.problem import Item, Plan, Problem
-from recompute_pass.strategies import STRATEGIES, InfeasibleProblem
-from recompute_pass.strategies.strategy_mincut import bracket
+from recompute_pass.solver.cut import CutGraph
+from recompute_pass.solver.frontier import Relaxation, hull
+from recompute_pass.solver.problem import Item, Plan, Problem
+from recompute_pass.solver.strategies import STRATEGIES, InfeasibleProblem
+from recompute_pass.solver.strategies.strategy_mincut import bracket
 
 
 def brute_force(problem: Problem, budget: float) -> Plan | None:

@@ -21,8 +21,8 @@ from benchmarks.measure import saved_activation_bytes
 from benchmarks.models import model_cases
 from cost_model import SizeHints, tensor_bytes
 from recompute_pass import capture_reports, recompute_eager_backend
-from recompute_pass.costing import build_problem, resolve_device
-from recompute_pass.joint_graph import analyze
+from recompute_pass.graph.costing import build_problem, resolve_device
+from recompute_pass.graph.joint_graph import analyze
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.partitioner import partition
 from tests.joint_graphs import capture_joints

@@ -23,7 +23,7 @@ from torch import nn
 from benchmarks.measure import saved_activation_bytes
 from recompute_pass import capture_reports, recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti
-from recompute_pass.strategies import STRATEGIES
+from recompute_pass.solver.strategies import STRATEGIES
 from tests.stress_support import FULL, Partitioned, assert_valid, full_only, random_ops_in, spy_partitions
 
 EXAMPLES = 2000 if FULL else 200

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import recompute_pass.partitioner as partitioner_module
-import recompute_pass.strategies.strategy_milp as milp_module
+import recompute_pass.solver.strategies.strategy_milp as milp_module
 from benchmarks.models import model_cases
 from recompute_pass import capture_reports, recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti

@@ -63,7 +63,7 @@ from recompute_pass import (
     recompute_backend,
     recompute_eager_backend,
 )
-from recompute_pass.joint_graph import RegionBudgetError
+from recompute_pass.graph.joint_graph import RegionBudgetError
 
 DEVICE = "cpu"
 OPTIONS = RecomputeOptions(fallback=False)
