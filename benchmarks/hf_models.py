@@ -75,3 +75,54 @@ def gpt2_blocks(model: nn.Module) -> list[nn.Module]:
 
 def llama_blocks(model: nn.Module) -> list[nn.Module]:
     return list(model.model.model.layers)  # type: ignore[union-attr, arg-type]
+
+
+# Fine-tuning recipes on the models above: built from configs, so nothing is downloaded.
+LORA_ATTENTION = {"llama": ("q_proj", "v_proj"), "gpt2": ("c_attn",)}
+LORA_ALL_LINEAR = {
+    "llama": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+    "gpt2": ("c_attn", "c_proj", "c_fc"),
+}
+
+
+def peft_available() -> bool:
+    return available() and importlib.util.find_spec("peft") is not None
+
+
+def lora(model: CausalLMLoss, targets: tuple[str, ...], *, rank: int = 8) -> CausalLMLoss:
+    """``peft.get_peft_model`` with LoRA adapters on ``targets``: the base model frozen,
+    only the adapters trained. No adapter dropout, so that eager and compiled steps draw
+    nothing and compare exactly."""
+    from peft import LoraConfig, get_peft_model
+
+    # GPT-2's Conv1D layers store their weights transposed: peft needs fan_in_fan_out.
+    fan_in_fan_out = model.model.config.model_type == "gpt2"  # type: ignore[union-attr]
+    config = LoraConfig(
+        r=rank,
+        lora_alpha=2 * rank,
+        lora_dropout=0.0,
+        target_modules=list(targets),
+        fan_in_fan_out=fan_in_fan_out,
+    )
+    model.model = get_peft_model(model.model, config)  # type: ignore[assignment, arg-type]
+    return model
+
+
+def freeze_lower(model: CausalLMLoss, blocks: list[nn.Module], *, fraction: float = 0.5) -> CausalLMLoss:
+    """The "freeze the first k layers" recipe: token (and position) embeddings and the
+    lower ``fraction`` of the blocks get no gradients."""
+    embeddings = model.model.get_input_embeddings()  # type: ignore[operator]
+    embeddings.requires_grad_(False)
+    position = getattr(getattr(model.model, "transformer", None), "wpe", None)
+    if position is not None:
+        position.requires_grad_(False)
+    for block in blocks[: int(len(blocks) * fraction)]:
+        block.requires_grad_(False)
+    return model
+
+
+def peft_blocks(model: nn.Module) -> list[nn.Module]:
+    """The decoder blocks of a peft-wrapped GPT-2 or Llama."""
+    inner = model.model.get_base_model()  # type: ignore[union-attr, operator]
+    base = getattr(inner, "model", None) or inner.transformer
+    return list(base.layers if hasattr(base, "layers") else base.h)
