@@ -61,6 +61,7 @@ budget (peak): ratio 1 -> 146,692 B (range 105,412..146,692 B)
 saved: 65,664 B in 14 activations (+9 static inputs)
 recomputed: 26 ops, 24,832 FLOP, est. 49.7 ns
 predicted peak: 146,692 B (backward: mul#6; graph model)
+gradients: 12,704 of 12,960 static-input elements in 12 of 13 tensors (parameters, buffers)
 note: peak search over 17 plans, 6 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
@@ -109,6 +110,7 @@ budget (peak): ratio 0.5 -> 126,052 B (range 105,412..146,692 B)
 saved: 43,968 B in 8 activations (+10 static inputs)
 recomputed: 65 ops, 268,672 FLOP, est. 51.5 us
 predicted peak: 120,900 B (backward: mul#6; graph model)
+gradients: 12,704 of 12,960 static-input elements in 12 of 13 tensors (parameters, buffers)
 note: peak search over 17 plans, 6 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
@@ -168,6 +170,7 @@ budget (peak): ratio 0 -> 105,412 B (range 105,412..146,692 B)
 saved: 60,352 B in 9 activations (+10 static inputs)
 recomputed: 62 ops, 254,336 FLOP, est. 61.7 us
 predicted peak: 105,412 B (forward: mul#6; graph model)
+gradients: 12,704 of 12,960 static-input elements in 12 of 13 tensors (parameters, buffers)
 note: peak search over 17 plans, 6 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
@@ -226,6 +229,7 @@ budget (peak): ratio 0.5 -> 98,692 B (range 88,196..109,188 B)
 saved: 38,912 B in 7 activations (+11 static inputs)
 recomputed: 56 ops, 219,968 FLOP, est. 61.3 us
 predicted peak: 96,388 B (backward: mul#4; graph model)
+gradients: 12,608 of 12,736 static-input elements in 9 of 11 tensors (parameters, buffers)
 note: peak search over 13 plans, 6 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
@@ -281,6 +285,7 @@ budget (peak): absolute -> 150,000 B (range 88,196..109,188 B)
 saved: 51,840 B in 11 activations (+11 static inputs)
 recomputed: 31 ops, 18,176 FLOP, est. 36.4 ns
 predicted peak: 109,188 B (backward: mul#4; graph model)
+gradients: 12,608 of 12,736 static-input elements in 9 of 11 tensors (parameters, buffers)
 note: peak search over 13 plans, 6 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
@@ -325,6 +330,7 @@ budget (peak): ratio 0.5 -> 92,488 B (range 83,976..101,000 B)
 saved: 38,912 B in 7 activations (+11 static inputs)
 recomputed: 56 ops, 219,968 FLOP, est. 61.3 us
 predicted peak: 88,072 B (backward: mul#6; inductor model)
+gradients: 12,608 of 12,736 static-input elements in 9 of 11 tensors (parameters, buffers)
 note: peak search over 13 plans, 6 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
@@ -379,6 +385,7 @@ budget: ratio 1 -> 2,048 B (range 256..2,048 B)
 saved: 2,048 B in 5 activations (+2 static inputs)
 recomputed: 2 ops, 0 FLOP, est. 0 s
 predicted peak: 33,924 B (backward: sum#2; graph model)
+gradients: 8,352 of 8,352 static-input elements in 6 of 6 tensors (parameters, buffers)
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -405,6 +412,7 @@ budget: ratio 0.5 -> 1,152 B (range 256..2,048 B)
 saved: 1,024 B in 3 activations (+4 static inputs)
 recomputed: 10 ops, 8,960 FLOP, est. 10.2 us
 predicted peak: 33,924 B (backward: sum#2; graph model)
+gradients: 8,352 of 8,352 static-input elements in 6 of 6 tensors (parameters, buffers)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -438,6 +446,7 @@ budget: ratio 0 -> 256 B (range 256..2,048 B)
 saved: 256 B in 1 activations (+6 static inputs)
 recomputed: 12 ops, 33,536 FLOP, est. 30.7 us
 predicted peak: 33,924 B (backward: sum#2; graph model)
+gradients: 8,352 of 8,352 static-input elements in 6 of 6 tensors (parameters, buffers)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -471,6 +480,7 @@ budget: absolute -> 2,048 B (range 256..2,048 B)
 saved: 2,048 B in 5 activations (+2 static inputs)
 recomputed: 2 ops, 0 FLOP, est. 0 s
 predicted peak: 33,924 B (backward: sum#2; graph model)
+gradients: 8,352 of 8,352 static-input elements in 6 of 6 tensors (parameters, buffers)
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -497,6 +507,7 @@ budget: ratio 1 -> 65,664 B (range 19,264..65,664 B)
 saved: 65,664 B in 14 activations (+9 static inputs)
 recomputed: 26 ops, 24,832 FLOP, est. 49.7 ns
 predicted peak: 146,692 B (backward: mul#6; graph model)
+gradients: 12,704 of 12,960 static-input elements in 12 of 13 tensors (parameters, buffers)
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -550,6 +561,7 @@ budget: ratio 0.5 -> 42,464 B (range 19,264..65,664 B)
 saved: 42,116 B in 15 activations (+10 static inputs)
 recomputed: 34 ops, 329,984 FLOP, est. 21.1 us
 predicted peak: 143,624 B (backward: mul#6; graph model)
+gradients: 12,704 of 12,960 static-input elements in 12 of 13 tensors (parameters, buffers)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -611,6 +623,7 @@ budget: ratio 0 -> 19,264 B (range 19,264..65,664 B)
 saved: 19,264 B in 4 activations (+13 static inputs)
 recomputed: 86 ops, 911,744 FLOP, est. 144 us
 predicted peak: 155,140 B (backward: mul#6; graph model)
+gradients: 12,704 of 12,960 static-input elements in 12 of 13 tensors (parameters, buffers)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -687,6 +700,7 @@ budget: absolute -> 60,000 B (range 19,264..65,664 B)
 saved: 58,500 B in 16 activations (+9 static inputs)
 recomputed: 33 ops, 67,840 FLOP, est. 10.4 us
 predicted peak: 139,528 B (backward: mul#6; graph model)
+gradients: 12,704 of 12,960 static-input elements in 12 of 13 tensors (parameters, buffers)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -748,6 +762,7 @@ budget: ratio 1 -> 51,840 B (range 4,096..51,840 B)
 saved: 51,840 B in 11 activations (+11 static inputs)
 recomputed: 31 ops, 18,176 FLOP, est. 36.4 ns
 predicted peak: 109,188 B (backward: mul#4; graph model)
+gradients: 12,608 of 12,736 static-input elements in 9 of 11 tensors (parameters, buffers)
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -794,6 +809,7 @@ budget: ratio 0.5 -> 27,968 B (range 4,096..51,840 B)
 saved: 25,216 B in 8 activations (+11 static inputs)
 recomputed: 34 ops, 444,160 FLOP, est. 31.3 us
 predicted peak: 105,092 B (backward: mul#4; graph model)
+gradients: 12,608 of 12,736 static-input elements in 9 of 11 tensors (parameters, buffers)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -840,6 +856,7 @@ budget: ratio 0 -> 4,096 B (range 4,096..51,840 B)
 saved: 4,096 B in 1 activations (+11 static inputs)
 recomputed: 81 ops, 899,968 FLOP, est. 123 us
 predicted peak: 117,380 B (backward: mul#4; graph model)
+gradients: 12,608 of 12,736 static-input elements in 9 of 11 tensors (parameters, buffers)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -909,6 +926,7 @@ budget: absolute -> 60,000 B (range 4,096..51,840 B)
 saved: 51,840 B in 11 activations (+11 static inputs)
 recomputed: 31 ops, 18,176 FLOP, est. 36.4 ns
 predicted peak: 109,188 B (backward: mul#4; graph model)
+gradients: 12,608 of 12,736 static-input elements in 9 of 11 tensors (parameters, buffers)
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -955,6 +973,7 @@ budget: ratio 1 -> 88,426 B (range 6,160..88,426 B)
 saved: 88,426 B in 16 activations (+8 static inputs)
 recomputed: 13 ops, 24,576 FLOP, est. 49.2 ns
 predicted peak: 131,784 B (backward: blocks.0.bn2/mul; graph model)
+gradients: 1,506 of 1,557 static-input elements in 11 of 20 tensors (parameters, buffers)
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -1006,6 +1025,7 @@ budget: ratio 0.5 -> 47,293 B (range 6,160..88,426 B)
 saved: 39,338 B in 15 activations (+10 static inputs)
 recomputed: 34 ops, 286,720 FLOP, est. 11.3 us
 predicted peak: 117,768 B (backward: convolution_backward; graph model)
+gradients: 1,506 of 1,557 static-input elements in 11 of 20 tensors (parameters, buffers)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -1067,6 +1087,7 @@ budget: ratio 0 -> 6,160 B (range 6,160..88,426 B)
 saved: 6,160 B in 2 activations (+11 static inputs)
 recomputed: 64 ops, 1,483,227 FLOP, est. 135 us
 predicted peak: 119,560 B (backward: le; graph model)
+gradients: 1,506 of 1,557 static-input elements in 11 of 20 tensors (parameters, buffers)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -1139,6 +1160,7 @@ budget: absolute -> 20,000 B (range 6,160..88,426 B)
 saved: 6,570 B in 13 activations (+10 static inputs)
 recomputed: 36 ops, 1,466,368 FLOP, est. 33.6 us
 predicted peak: 131,848 B (backward: blocks.0.bn2/mul; graph model)
+gradients: 1,506 of 1,557 static-input elements in 11 of 20 tensors (parameters, buffers)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
