@@ -11,6 +11,8 @@ import importlib.util
 import torch
 from torch import nn
 
+from benchmarks.models import ModelCase
+
 
 def available() -> bool:
     return importlib.util.find_spec("transformers") is not None
@@ -126,3 +128,35 @@ def peft_blocks(model: nn.Module) -> list[nn.Module]:
     inner = model.model.get_base_model()  # type: ignore[union-attr, operator]
     base = getattr(inner, "model", None) or inner.transformer
     return list(base.layers if hasattr(base, "layers") else base.h)
+
+
+def finetune_model_cases(
+    *, layers: int = 2, dim: int = 64, seq: int = 32, vocab: int = 128
+) -> dict[str, ModelCase]:
+    """Test-sized fine-tuning cases (``benchmarks.models.ModelCase``): LoRA on a Llama's
+    attention, on every linear layer of a GPT-2 (dropout off: compared with eager at any
+    budget without replaying draws), and a Llama with its embeddings and lower half frozen."""
+    shape = dict(vocab=vocab, seq=seq, dim=dim, heads=4, layers=layers)
+    hidden = (8 * dim // 3 + 7) // 8 * 8
+
+    def tokens(batch: int) -> tuple[torch.Tensor, ...]:
+        return torch.randint(0, vocab, (batch, seq)), torch.randint(0, vocab, (batch, seq))
+
+    def gpt2_without_dropout() -> CausalLMLoss:
+        model = gpt2(**shape)
+        for module in model.modules():
+            if isinstance(module, nn.Dropout):
+                module.p = 0.0
+        return model
+
+    def frozen() -> CausalLMLoss:
+        model = llama(**shape, hidden=hidden)
+        return freeze_lower(model, llama_blocks(model))
+
+    cases = [
+        ModelCase("llama_lora", lambda: lora(llama(**shape, hidden=hidden), LORA_ATTENTION["llama"]), tokens),
+        ModelCase("gpt2_lora_all", lambda: lora(gpt2_without_dropout(), LORA_ALL_LINEAR["gpt2"]), tokens),
+        ModelCase("llama_frozen", frozen, tokens),
+        ModelCase("llama_full", lambda: llama(**shape, hidden=hidden), tokens),
+    ]
+    return {case.name: case for case in cases}
