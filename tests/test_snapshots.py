@@ -30,9 +30,23 @@ def joint(name: str) -> CapturedJoint:
     return captured
 
 
+@functools.cache
+def lora_joint() -> CapturedJoint:
+    """The Llama block with LoRA adapters (peft, rank 4) on its query and value projections:
+    the base weights frozen, only the adapters trained."""
+    from peft import LoraConfig, get_peft_model
+
+    case = CASES["llama_block"]
+    torch.manual_seed(0)
+    model = get_peft_model(case.build(), LoraConfig(r=4, target_modules=["wq", "wv"], lora_dropout=0.0))
+    torch.manual_seed(1)
+    (captured,) = capture_joints(model, case.inputs(2))
+    return captured
+
+
 def report_text(name: str, *, compiler: str | None = None, **options: object) -> str:
     """``compiler="inductor"``: partitioned as under ``torch.compile`` (Inductor's memory plan)."""
-    captured = joint(name)
+    captured = lora_joint() if name == "lora_llama_block" else joint(name)
     *_, report = partition(
         captured.copy(),
         num_fwd_outputs=captured.num_fwd_outputs,
@@ -52,6 +66,74 @@ def _native_dropout():
 
 
 class TestSnapshots(TestCase):
+    def test_lora_llama_block_peak_0_5(self) -> None:
+        pytest.importorskip("peft")
+        self.assertExpectedInline(
+            report_text("lora_llama_block", memory_budget=0.5),
+            """\
+solver: peak, device: cpu
+budget (peak): ratio 0.5 -> 75,652 B (range 64,644..86,660 B)
+saved: 43,520 B in 8 activations (+14 static inputs)
+recomputed: 73 ops, 181,376 FLOP, est. 91.3 us
+predicted peak: 73,220 B (backward: base_model.model.block/exp; graph model)
+gradients: 512 of 13,248 static-input elements in 4 of 15 tensors (parameters, buffers)
+note: peak search over 16 plans, 5 checked
+frontier (what other budgets buy):
+  peak bytes  est. overhead
+      64,644         153 us
+      68,740         133 us
+      73,220         102 us
+      82,052        42.1 us
+      86,660        11.2 us
+saved activations:
+  name                                                                   shape          dtype     bytes
+  primals_1                                                              [2, 16, 32]    float32   4,096
+  base_model.model.block.wq/add                                          [2, 16, 32]    float32   4,096
+  base_model.model.block/_scaled_dot_product_flash_attention_for_cpu[0]  [2, 4, 16, 8]  float32   4,096
+  base_model.model.block/_scaled_dot_product_flash_attention_for_cpu[1]  [2, 4, 16]     float32     512
+  base_model.model.block/add#2                                           [2, 16, 32]    float32   4,096
+  base_model.model.block.w_gate/mm                                       [32, 88]       float32  11,264
+  base_model.model.block.w_up/mm                                         [32, 88]       float32  11,264
+  mul                                                                    [2, 16, 32]    float32   4,096
+recomputed (views, free, not listed: 38):
+  name                                         shape              flops
+  base_model.model.block.attn_norm/pow         [2, 16, 32]        1,024
+  base_model.model.block.attn_norm/mean        [2, 16, 1]         1,024
+  base_model.model.block.attn_norm/add         [2, 16, 1]            32
+  base_model.model.block.attn_norm/rsqrt       [2, 16, 1]            32
+  base_model.model.block.attn_norm/mul         [2, 16, 32]        1,024
+  base_model.model.block.attn_norm/mul#1       [2, 16, 32]        1,024
+  base_model.model.block.wq.lora_A.default/mm  [32, 4]            8,192
+  base_model.model.block.wk/mm                 [32, 32]          65,536
+  base_model.model.block.wv.base_layer/mm      [32, 32]          65,536
+  base_model.model.block.wv.lora_A.default/mm  [32, 4]            8,192
+  base_model.model.block.wv.lora_B.default/mm  [32, 32]           8,192
+  base_model.model.block.wv/mul                [2, 16, 32]        1,024
+  base_model.model.block.wv/add                [2, 16, 32]        1,024
+  base_model.model.block/mul                   [2, 4, 16, 4]        512
+  base_model.model.block/mul#1                 [2, 4, 16, 4]        512
+  base_model.model.block/sub                   [2, 4, 16, 4]        512
+  base_model.model.block/mul#2                 [2, 4, 16, 4]        512
+  base_model.model.block/mul#3                 [2, 4, 16, 4]        512
+  base_model.model.block/add                   [2, 4, 16, 4]        512
+  base_model.model.block/cat                   [2, 4, 16, 4, 2]       0
+  base_model.model.block/mul#4                 [2, 4, 16, 4]        512
+  base_model.model.block/mul#5                 [2, 4, 16, 4]        512
+  base_model.model.block/sub#1                 [2, 4, 16, 4]        512
+  base_model.model.block/mul#6                 [2, 4, 16, 4]        512
+  base_model.model.block/mul#7                 [2, 4, 16, 4]        512
+  base_model.model.block/add#1                 [2, 4, 16, 4]        512
+  base_model.model.block/cat#1                 [2, 4, 16, 4, 2]       0
+  base_model.model.block.mlp_norm/pow          [2, 16, 32]        1,024
+  base_model.model.block.mlp_norm/mean         [2, 16, 1]         1,024
+  base_model.model.block.mlp_norm/add          [2, 16, 1]            32
+  base_model.model.block.mlp_norm/rsqrt        [2, 16, 1]            32
+  base_model.model.block/neg                   [2, 16, 88]        2,816
+  base_model.model.block/exp                   [2, 16, 88]        2,816
+  base_model.model.block/add#3                 [2, 16, 88]        2,816
+  base_model.model.block/div                   [2, 16, 88]        2,816""",
+        )
+
     def test_gpt_block_peak_1(self) -> None:
         self.assertExpectedInline(
             report_text("gpt_block", memory_budget=1.0),
