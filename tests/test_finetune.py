@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from benchmarks.measure import step_memory
-from recompute_pass import capture_reports, recompute_backend, recompute_eager_backend
+from recompute_pass import capture_reports, fit_longest, recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti
 from tests.harness import assert_same_step, build, case_inputs, run_step
 
@@ -106,3 +106,33 @@ def test_peak_predicted_through_inductor(name, budget) -> None:
         report.predicted_peak_bytes,
         measured,
     )
+
+
+@pytest.mark.slow
+def test_fit_longest_boundary_is_the_measured_one_on_a_lora_model() -> None:
+    """No codegen: the walk is exact, so the fitted length fits the cap as measured and the
+    next one does not, with the fitted plan (``fit.backend``, one dynamic compile)."""
+    case = finetune_model_cases(layers=2, dim=32, seq=256)["llama_lora"]
+    model = build(case)
+    cap, multiple = 1_500_000, 16
+
+    def make(n: int) -> tuple[torch.Tensor, ...]:
+        torch.manual_seed(1)
+        return torch.randint(0, 128, (2, n)), torch.randint(0, 128, (2, n))
+
+    fit = fit_longest(
+        model, make, cap, low=16, high=256, multiple_of=multiple, backend=recompute_eager_backend
+    )
+    assert 16 < fit.size < 256 and fit.predicted_peak_bytes <= cap
+    torch.compiler.reset()
+    compiled = torch.compile(model, backend=fit.backend, dynamic=True)
+
+    def measured(n: int) -> int:
+        compiled(*make(n)).backward()
+        model.zero_grad(set_to_none=True)
+        memory, _ = step_memory(lambda: compiled(*make(n)), lambda loss: loss.backward(), torch.device("cpu"))
+        model.zero_grad(set_to_none=True)
+        return memory.peak_bytes
+
+    at_fit, beyond = measured(fit.size), measured(fit.size + multiple)
+    assert abs(at_fit - fit.predicted_peak_bytes) <= 128 and at_fit <= cap < beyond, (at_fit, beyond)
