@@ -60,6 +60,7 @@ class BenchCase:
     inputs: Callable[[], tuple[torch.Tensor, ...]]
     blocks: Callable[[nn.Module], list[nn.Module]]
     has_dropout: bool
+    finetune: bool = False  # a fine-tuning recipe: run by name (``--models``), not by default
 
 
 def _tokens(shape: Shape) -> Callable[[], tuple[torch.Tensor, ...]]:
@@ -156,6 +157,7 @@ def _finetune_cases(
                 tokens,
                 blocks,
                 dropout,
+                finetune=True,
             )
         )
         if not hf_models.peft_available():
@@ -170,6 +172,7 @@ def _finetune_cases(
                     tokens,
                     hf_models.peft_blocks,
                     dropout,
+                    finetune=True,
                 )
             )
     return cases
