@@ -60,6 +60,7 @@ class BenchCase:
     inputs: Callable[[], tuple[torch.Tensor, ...]]
     blocks: Callable[[nn.Module], list[nn.Module]]
     has_dropout: bool
+    finetune: bool = False  # a fine-tuning recipe: run by name (``--models``), not by default
 
 
 def _tokens(shape: Shape) -> Callable[[], tuple[torch.Tensor, ...]]:
@@ -129,4 +130,56 @@ def bench_cases(size: str = "full") -> dict[str, BenchCase]:
                 False,
             ),
         ]
+        cases += _finetune_cases(s, kw, tokens)
     return {case.name: case for case in cases}
+
+
+def _finetune_cases(
+    s: Shape, kw: dict[str, int], tokens: Callable[[], tuple[torch.Tensor, ...]]
+) -> list[BenchCase]:
+    """Fine-tuning recipes on the HF models: LoRA (peft) on attention or on every linear
+    layer, and frozen embeddings with the lower half of the blocks frozen. Full training of
+    the same models is ``hf_llama`` and ``hf_gpt2``."""
+    builders: dict[
+        str, tuple[Callable[[], hf_models.CausalLMLoss], Callable[[nn.Module], list[nn.Module]], bool]
+    ]
+    builders = {
+        "llama": (lambda: hf_models.llama(**kw, hidden=s.hidden), hf_models.llama_blocks, False),
+        "gpt2": (lambda: hf_models.gpt2(**kw), hf_models.gpt2_blocks, True),
+    }
+    cases = []
+    for arch, (build, blocks, dropout) in builders.items():
+        cases.append(
+            BenchCase(
+                f"hf_{arch}_frozen",
+                f"HF {arch}: embeddings and the lower half of the blocks frozen",
+                lambda build=build, blocks=blocks: _frozen(build, blocks),
+                tokens,
+                blocks,
+                dropout,
+                finetune=True,
+            )
+        )
+        if not hf_models.peft_available():
+            continue
+        for suffix, targets in (("lora", hf_models.LORA_ATTENTION), ("lora_all", hf_models.LORA_ALL_LINEAR)):
+            where = "attention" if suffix == "lora" else "every linear layer"
+            cases.append(
+                BenchCase(
+                    f"hf_{arch}_{suffix}",
+                    f"HF {arch}, LoRA r=8 on {where} (peft; base frozen)",
+                    lambda build=build, targets=targets[arch]: hf_models.lora(build(), targets),
+                    tokens,
+                    hf_models.peft_blocks,
+                    dropout,
+                    finetune=True,
+                )
+            )
+    return cases
+
+
+def _frozen(
+    build: Callable[[], hf_models.CausalLMLoss], blocks: Callable[[nn.Module], list[nn.Module]]
+) -> nn.Module:
+    model = build()
+    return hf_models.freeze_lower(model, blocks(model))

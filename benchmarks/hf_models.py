@@ -11,6 +11,8 @@ import importlib.util
 import torch
 from torch import nn
 
+from benchmarks.models import ModelCase
+
 
 def available() -> bool:
     return importlib.util.find_spec("transformers") is not None
@@ -75,3 +77,86 @@ def gpt2_blocks(model: nn.Module) -> list[nn.Module]:
 
 def llama_blocks(model: nn.Module) -> list[nn.Module]:
     return list(model.model.model.layers)  # type: ignore[union-attr, arg-type]
+
+
+# Fine-tuning recipes on the models above: built from configs, so nothing is downloaded.
+LORA_ATTENTION = {"llama": ("q_proj", "v_proj"), "gpt2": ("c_attn",)}
+LORA_ALL_LINEAR = {
+    "llama": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+    "gpt2": ("c_attn", "c_proj", "c_fc"),
+}
+
+
+def peft_available() -> bool:
+    return available() and importlib.util.find_spec("peft") is not None
+
+
+def lora(model: CausalLMLoss, targets: tuple[str, ...], *, rank: int = 8) -> CausalLMLoss:
+    """``peft.get_peft_model`` with LoRA adapters on ``targets``: the base model frozen,
+    only the adapters trained. No adapter dropout, so that eager and compiled steps draw
+    nothing and compare exactly."""
+    from peft import LoraConfig, get_peft_model
+
+    # GPT-2's Conv1D layers store their weights transposed: peft needs fan_in_fan_out.
+    fan_in_fan_out = model.model.config.model_type == "gpt2"  # type: ignore[union-attr]
+    config = LoraConfig(
+        r=rank,
+        lora_alpha=2 * rank,
+        lora_dropout=0.0,
+        target_modules=list(targets),
+        fan_in_fan_out=fan_in_fan_out,
+    )
+    model.model = get_peft_model(model.model, config)  # type: ignore[assignment, arg-type]
+    return model
+
+
+def freeze_lower(model: CausalLMLoss, blocks: list[nn.Module], *, fraction: float = 0.5) -> CausalLMLoss:
+    """The "freeze the first k layers" recipe: token (and position) embeddings and the
+    lower ``fraction`` of the blocks get no gradients."""
+    embeddings = model.model.get_input_embeddings()  # type: ignore[operator]
+    embeddings.requires_grad_(False)
+    position = getattr(getattr(model.model, "transformer", None), "wpe", None)
+    if position is not None:
+        position.requires_grad_(False)
+    for block in blocks[: int(len(blocks) * fraction)]:
+        block.requires_grad_(False)
+    return model
+
+
+def peft_blocks(model: nn.Module) -> list[nn.Module]:
+    """The decoder blocks of a peft-wrapped GPT-2 or Llama."""
+    inner = model.model.get_base_model()  # type: ignore[union-attr, operator]
+    base = getattr(inner, "model", None) or inner.transformer
+    return list(base.layers if hasattr(base, "layers") else base.h)
+
+
+def finetune_model_cases(
+    *, layers: int = 2, dim: int = 64, seq: int = 32, vocab: int = 128
+) -> dict[str, ModelCase]:
+    """Test-sized fine-tuning cases (``benchmarks.models.ModelCase``): LoRA on a Llama's
+    attention, on every linear layer of a GPT-2 (dropout off: compared with eager at any
+    budget without replaying draws), and a Llama with its embeddings and lower half frozen."""
+    shape = dict(vocab=vocab, seq=seq, dim=dim, heads=4, layers=layers)
+    hidden = (8 * dim // 3 + 7) // 8 * 8
+
+    def tokens(batch: int) -> tuple[torch.Tensor, ...]:
+        return torch.randint(0, vocab, (batch, seq)), torch.randint(0, vocab, (batch, seq))
+
+    def gpt2_without_dropout() -> CausalLMLoss:
+        model = gpt2(**shape)
+        for module in model.modules():
+            if isinstance(module, nn.Dropout):
+                module.p = 0.0
+        return model
+
+    def frozen() -> CausalLMLoss:
+        model = llama(**shape, hidden=hidden)
+        return freeze_lower(model, llama_blocks(model))
+
+    cases = [
+        ModelCase("llama_lora", lambda: lora(llama(**shape, hidden=hidden), LORA_ATTENTION["llama"]), tokens),
+        ModelCase("gpt2_lora_all", lambda: lora(gpt2_without_dropout(), LORA_ALL_LINEAR["gpt2"]), tokens),
+        ModelCase("llama_frozen", frozen, tokens),
+        ModelCase("llama_full", lambda: llama(**shape, hidden=hidden), tokens),
+    ]
+    return {case.name: case for case in cases}

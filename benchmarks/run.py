@@ -243,7 +243,11 @@ def _merge_resumed(out: Path, meta: dict[str, object]) -> dict[str, object]:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small models, 3 budgets, no codegen, < 5 min")
-    parser.add_argument("--models", nargs="+", help="default: all (HF ones if transformers is installed)")
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        help="default: all but the fine-tuning ones (HF ones if transformers is installed)",
+    )
     parser.add_argument(
         "--systems", nargs="+", choices=sorted(SYSTEMS), help=f"default: {' '.join(DEFAULT_SYSTEMS)}"
     )
@@ -305,7 +309,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     available = bench_cases(args.size or ("quick" if quick else "full"))
-    models = args.models or [m for m in available if not quick or m in QUICK_MODELS]
+    # Fine-tuning recipes (LoRA, frozen layers) only by name: ``benchmarks.finetune`` sweeps them.
+    defaults = [m for m, case in available.items() if not case.finetune]
+    models = args.models or [m for m in defaults if not quick or m in QUICK_MODELS]
     unknown = sorted(set(models) - set(available))
     if unknown:
         progress(f"unknown or unavailable models {unknown}; available: {sorted(available)}")

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import logging
 import operator
+import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -69,6 +70,25 @@ class OffloadedValue:
 
 
 @dataclass(frozen=True)
+class Gradients:
+    """How many static-lifetime inputs (parameters, buffers) get a gradient, in tensors and
+    in elements. The joint graph does not tell a frozen parameter from a buffer: both are
+    static inputs without a gradient."""
+
+    tensors: int  # static inputs with a gradient
+    static_tensors: int
+    elements: int
+    static_elements: int
+    inputs: int  # any primal input with a gradient (the batch, if it requires grad, too)
+
+    def describe(self) -> str:
+        return (
+            f"{self.elements:,} of {self.static_elements:,} static-input elements"
+            f" in {self.tensors} of {self.static_tensors} tensors (parameters, buffers)"
+        )
+
+
+@dataclass(frozen=True)
 class PartitionReport:
     """What one partition decided. The byte, FLOP and time fields are None only in a
     fallback report (``fallback`` set): PyTorch's partitioner decided, and we know none of them."""
@@ -117,6 +137,9 @@ class PartitionReport:
     # peak search saw: (predicted peak, estimated overhead, offloaded bytes) Pareto points.
     offloaded: tuple[OffloadedValue, ...] = ()
     offload_frontier: tuple[tuple[int, float, int], ...] = ()
+    # Which static inputs (parameters, buffers) backward computes a gradient for: frozen
+    # weights (fine-tuning) get none, and need other values saved than in full training.
+    gradients: Gradients | None = None
 
     @property
     def budgeted_bytes(self) -> int | None:
@@ -162,6 +185,8 @@ class PartitionReport:
             f"predicted peak: {_fmt_count(self.predicted_peak_bytes)} B"
             f" ({self.peak_at}; {self.peak_model} model)",
         ]
+        if self.gradients is not None:
+            lines.append(f"gradients: {self.gradients.describe()}")
         if self.offloaded:
             hidden = sum(o.hidden_seconds for o in self.offloaded)
             exposed = sum(o.exposed_seconds for o in self.offloaded)
@@ -278,6 +303,9 @@ def _fmt_seconds(s: float | None) -> str:
     return f"{s / 1e-9:.3g} ns"
 
 
+_MODULE_DICT = re.compile(r"(?:\.__dict__\['_modules'\]|\._modules)\['([^']*)'\]")
+
+
 def canonical_names(nodes: Iterable[fx.Node]) -> dict[fx.Node, str]:
     """Readable names that depend on the model's structure, not on tracing counters."""
     names: dict[fx.Node, str] = {}
@@ -291,6 +319,7 @@ def canonical_names(nodes: Iterable[fx.Node]) -> dict[fx.Node, str]:
             continue
         stack = node.meta.get("nn_module_stack") or {}
         path = next(reversed(stack.values()))[0] if stack else ""
+        path = _MODULE_DICT.sub(r".\1", path)  # peft wraps modules: a path through ``_modules``
         path = path.removeprefix("L['self']").removeprefix(".").replace("L['self']", "")
         base = f"{path}/{op_name(node)}" if path else op_name(node)
         names[node] = base if seen[base] == 0 else f"{base}#{seen[base]}"
@@ -358,6 +387,32 @@ def _unreplayable_draws(costed: Costed, names: dict[fx.Node, str]) -> tuple[str,
     """Random draws backward cannot replay, so they are never recomputed: say which."""
     draws = [names[c.node] for c in costed.joint.candidates if c.cost.is_random and not c.can_recompute]
     return (f"random, not replayable, never recomputed: {', '.join(draws)}",) if draws else ()
+
+
+def gradients_of(module: fx.GraphModule, num_fwd_outputs: int, static: Iterable[fx.Node]) -> Gradients | None:
+    """Count the joint graph's gradients: its outputs after the forward's are one per primal
+    input, None where the input needs none (a frozen weight, a buffer, the batch)."""
+    primals = [n for n in module.graph.nodes if ti.is_primal(n)]
+    (output,) = module.graph.find_nodes(op="output")
+    grads = list(output.args[0][num_fwd_outputs:])
+    if len(grads) != len(primals):
+        return None  # not the layout AOTAutograd documents: say nothing rather than guess
+    statics = set(static)
+    counts = [0, 0, 0, 0, 0]
+    for primal, grad in zip(primals, grads, strict=True):
+        val = primal.meta.get("val")
+        has = grad is not None
+        counts[4] += has
+        if primal not in statics or not isinstance(val, torch.Tensor):
+            continue
+        elements = val.numel()
+        if not isinstance(elements, int):
+            return None  # a static input of symbolic size: not a parameter
+        counts[0] += has
+        counts[1] += 1
+        counts[2] += elements if has else 0
+        counts[3] += elements
+    return Gradients(*counts)
 
 
 def build_report(
@@ -439,4 +494,9 @@ def build_report(
         peak_timeline=tuple((phase, by_name.get(node, node), live) for phase, node, live in peak.timeline),
         offloaded=tuple(offloaded),
         offload_frontier=decision.offload_frontier,
+        gradients=gradients_of(
+            joint.module,
+            joint.num_fwd_outputs,
+            joint.node_info.static_lifetime_input_nodes,  # type: ignore[attr-defined]
+        ),
     )

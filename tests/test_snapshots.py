@@ -30,9 +30,23 @@ def joint(name: str) -> CapturedJoint:
     return captured
 
 
+@functools.cache
+def lora_joint() -> CapturedJoint:
+    """The Llama block with LoRA adapters (peft, rank 4) on its query and value projections:
+    the base weights frozen, only the adapters trained."""
+    from peft import LoraConfig, get_peft_model
+
+    case = CASES["llama_block"]
+    torch.manual_seed(0)
+    model = get_peft_model(case.build(), LoraConfig(r=4, target_modules=["wq", "wv"], lora_dropout=0.0))
+    torch.manual_seed(1)
+    (captured,) = capture_joints(model, case.inputs(2))
+    return captured
+
+
 def report_text(name: str, *, compiler: str | None = None, **options: object) -> str:
     """``compiler="inductor"``: partitioned as under ``torch.compile`` (Inductor's memory plan)."""
-    captured = joint(name)
+    captured = lora_joint() if name == "lora_llama_block" else joint(name)
     *_, report = partition(
         captured.copy(),
         num_fwd_outputs=captured.num_fwd_outputs,
@@ -52,6 +66,74 @@ def _native_dropout():
 
 
 class TestSnapshots(TestCase):
+    def test_lora_llama_block_peak_0_5(self) -> None:
+        pytest.importorskip("peft")
+        self.assertExpectedInline(
+            report_text("lora_llama_block", memory_budget=0.5),
+            """\
+solver: peak, device: cpu
+budget (peak): ratio 0.5 -> 75,652 B (range 64,644..86,660 B)
+saved: 43,520 B in 8 activations (+14 static inputs)
+recomputed: 73 ops, 181,376 FLOP, est. 91.3 us
+predicted peak: 73,220 B (backward: base_model.model.block/exp; graph model)
+gradients: 512 of 13,248 static-input elements in 4 of 15 tensors (parameters, buffers)
+note: peak search over 16 plans, 5 checked
+frontier (what other budgets buy):
+  peak bytes  est. overhead
+      64,644         153 us
+      68,740         133 us
+      73,220         102 us
+      82,052        42.1 us
+      86,660        11.2 us
+saved activations:
+  name                                                                   shape          dtype     bytes
+  primals_1                                                              [2, 16, 32]    float32   4,096
+  base_model.model.block.wq/add                                          [2, 16, 32]    float32   4,096
+  base_model.model.block/_scaled_dot_product_flash_attention_for_cpu[0]  [2, 4, 16, 8]  float32   4,096
+  base_model.model.block/_scaled_dot_product_flash_attention_for_cpu[1]  [2, 4, 16]     float32     512
+  base_model.model.block/add#2                                           [2, 16, 32]    float32   4,096
+  base_model.model.block.w_gate/mm                                       [32, 88]       float32  11,264
+  base_model.model.block.w_up/mm                                         [32, 88]       float32  11,264
+  mul                                                                    [2, 16, 32]    float32   4,096
+recomputed (views, free, not listed: 38):
+  name                                         shape              flops
+  base_model.model.block.attn_norm/pow         [2, 16, 32]        1,024
+  base_model.model.block.attn_norm/mean        [2, 16, 1]         1,024
+  base_model.model.block.attn_norm/add         [2, 16, 1]            32
+  base_model.model.block.attn_norm/rsqrt       [2, 16, 1]            32
+  base_model.model.block.attn_norm/mul         [2, 16, 32]        1,024
+  base_model.model.block.attn_norm/mul#1       [2, 16, 32]        1,024
+  base_model.model.block.wq.lora_A.default/mm  [32, 4]            8,192
+  base_model.model.block.wk/mm                 [32, 32]          65,536
+  base_model.model.block.wv.base_layer/mm      [32, 32]          65,536
+  base_model.model.block.wv.lora_A.default/mm  [32, 4]            8,192
+  base_model.model.block.wv.lora_B.default/mm  [32, 32]           8,192
+  base_model.model.block.wv/mul                [2, 16, 32]        1,024
+  base_model.model.block.wv/add                [2, 16, 32]        1,024
+  base_model.model.block/mul                   [2, 4, 16, 4]        512
+  base_model.model.block/mul#1                 [2, 4, 16, 4]        512
+  base_model.model.block/sub                   [2, 4, 16, 4]        512
+  base_model.model.block/mul#2                 [2, 4, 16, 4]        512
+  base_model.model.block/mul#3                 [2, 4, 16, 4]        512
+  base_model.model.block/add                   [2, 4, 16, 4]        512
+  base_model.model.block/cat                   [2, 4, 16, 4, 2]       0
+  base_model.model.block/mul#4                 [2, 4, 16, 4]        512
+  base_model.model.block/mul#5                 [2, 4, 16, 4]        512
+  base_model.model.block/sub#1                 [2, 4, 16, 4]        512
+  base_model.model.block/mul#6                 [2, 4, 16, 4]        512
+  base_model.model.block/mul#7                 [2, 4, 16, 4]        512
+  base_model.model.block/add#1                 [2, 4, 16, 4]        512
+  base_model.model.block/cat#1                 [2, 4, 16, 4, 2]       0
+  base_model.model.block.mlp_norm/pow          [2, 16, 32]        1,024
+  base_model.model.block.mlp_norm/mean         [2, 16, 1]         1,024
+  base_model.model.block.mlp_norm/add          [2, 16, 1]            32
+  base_model.model.block.mlp_norm/rsqrt        [2, 16, 1]            32
+  base_model.model.block/neg                   [2, 16, 88]        2,816
+  base_model.model.block/exp                   [2, 16, 88]        2,816
+  base_model.model.block/add#3                 [2, 16, 88]        2,816
+  base_model.model.block/div                   [2, 16, 88]        2,816""",
+        )
+
     def test_gpt_block_peak_1(self) -> None:
         self.assertExpectedInline(
             report_text("gpt_block", memory_budget=1.0),
@@ -61,6 +143,7 @@ budget (peak): ratio 1 -> 146,692 B (range 105,412..146,692 B)
 saved: 65,664 B in 14 activations (+9 static inputs)
 recomputed: 26 ops, 24,832 FLOP, est. 49.7 ns
 predicted peak: 146,692 B (backward: mul#6; graph model)
+gradients: 12,704 of 12,960 static-input elements in 12 of 13 tensors (parameters, buffers)
 note: peak search over 17 plans, 6 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
@@ -109,6 +192,7 @@ budget (peak): ratio 0.5 -> 126,052 B (range 105,412..146,692 B)
 saved: 43,968 B in 8 activations (+10 static inputs)
 recomputed: 65 ops, 268,672 FLOP, est. 51.5 us
 predicted peak: 120,900 B (backward: mul#6; graph model)
+gradients: 12,704 of 12,960 static-input elements in 12 of 13 tensors (parameters, buffers)
 note: peak search over 17 plans, 6 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
@@ -168,6 +252,7 @@ budget (peak): ratio 0 -> 105,412 B (range 105,412..146,692 B)
 saved: 60,352 B in 9 activations (+10 static inputs)
 recomputed: 62 ops, 254,336 FLOP, est. 61.7 us
 predicted peak: 105,412 B (forward: mul#6; graph model)
+gradients: 12,704 of 12,960 static-input elements in 12 of 13 tensors (parameters, buffers)
 note: peak search over 17 plans, 6 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
@@ -226,6 +311,7 @@ budget (peak): ratio 0.5 -> 98,692 B (range 88,196..109,188 B)
 saved: 38,912 B in 7 activations (+11 static inputs)
 recomputed: 56 ops, 219,968 FLOP, est. 61.3 us
 predicted peak: 96,388 B (backward: mul#4; graph model)
+gradients: 12,608 of 12,736 static-input elements in 9 of 11 tensors (parameters, buffers)
 note: peak search over 13 plans, 6 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
@@ -281,6 +367,7 @@ budget (peak): absolute -> 150,000 B (range 88,196..109,188 B)
 saved: 51,840 B in 11 activations (+11 static inputs)
 recomputed: 31 ops, 18,176 FLOP, est. 36.4 ns
 predicted peak: 109,188 B (backward: mul#4; graph model)
+gradients: 12,608 of 12,736 static-input elements in 9 of 11 tensors (parameters, buffers)
 note: peak search over 13 plans, 6 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
@@ -325,6 +412,7 @@ budget (peak): ratio 0.5 -> 92,488 B (range 83,976..101,000 B)
 saved: 38,912 B in 7 activations (+11 static inputs)
 recomputed: 56 ops, 219,968 FLOP, est. 61.3 us
 predicted peak: 88,072 B (backward: mul#6; inductor model)
+gradients: 12,608 of 12,736 static-input elements in 9 of 11 tensors (parameters, buffers)
 note: peak search over 13 plans, 6 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
@@ -379,6 +467,7 @@ budget: ratio 1 -> 2,048 B (range 256..2,048 B)
 saved: 2,048 B in 5 activations (+2 static inputs)
 recomputed: 2 ops, 0 FLOP, est. 0 s
 predicted peak: 33,924 B (backward: sum#2; graph model)
+gradients: 8,352 of 8,352 static-input elements in 6 of 6 tensors (parameters, buffers)
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -405,6 +494,7 @@ budget: ratio 0.5 -> 1,152 B (range 256..2,048 B)
 saved: 1,024 B in 3 activations (+4 static inputs)
 recomputed: 10 ops, 8,960 FLOP, est. 10.2 us
 predicted peak: 33,924 B (backward: sum#2; graph model)
+gradients: 8,352 of 8,352 static-input elements in 6 of 6 tensors (parameters, buffers)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -438,6 +528,7 @@ budget: ratio 0 -> 256 B (range 256..2,048 B)
 saved: 256 B in 1 activations (+6 static inputs)
 recomputed: 12 ops, 33,536 FLOP, est. 30.7 us
 predicted peak: 33,924 B (backward: sum#2; graph model)
+gradients: 8,352 of 8,352 static-input elements in 6 of 6 tensors (parameters, buffers)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -471,6 +562,7 @@ budget: absolute -> 2,048 B (range 256..2,048 B)
 saved: 2,048 B in 5 activations (+2 static inputs)
 recomputed: 2 ops, 0 FLOP, est. 0 s
 predicted peak: 33,924 B (backward: sum#2; graph model)
+gradients: 8,352 of 8,352 static-input elements in 6 of 6 tensors (parameters, buffers)
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -497,6 +589,7 @@ budget: ratio 1 -> 65,664 B (range 19,264..65,664 B)
 saved: 65,664 B in 14 activations (+9 static inputs)
 recomputed: 26 ops, 24,832 FLOP, est. 49.7 ns
 predicted peak: 146,692 B (backward: mul#6; graph model)
+gradients: 12,704 of 12,960 static-input elements in 12 of 13 tensors (parameters, buffers)
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -550,6 +643,7 @@ budget: ratio 0.5 -> 42,464 B (range 19,264..65,664 B)
 saved: 42,116 B in 15 activations (+10 static inputs)
 recomputed: 34 ops, 329,984 FLOP, est. 21.1 us
 predicted peak: 143,624 B (backward: mul#6; graph model)
+gradients: 12,704 of 12,960 static-input elements in 12 of 13 tensors (parameters, buffers)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -611,6 +705,7 @@ budget: ratio 0 -> 19,264 B (range 19,264..65,664 B)
 saved: 19,264 B in 4 activations (+13 static inputs)
 recomputed: 86 ops, 911,744 FLOP, est. 144 us
 predicted peak: 155,140 B (backward: mul#6; graph model)
+gradients: 12,704 of 12,960 static-input elements in 12 of 13 tensors (parameters, buffers)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -687,6 +782,7 @@ budget: absolute -> 60,000 B (range 19,264..65,664 B)
 saved: 58,500 B in 16 activations (+9 static inputs)
 recomputed: 33 ops, 67,840 FLOP, est. 10.4 us
 predicted peak: 139,528 B (backward: mul#6; graph model)
+gradients: 12,704 of 12,960 static-input elements in 12 of 13 tensors (parameters, buffers)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -748,6 +844,7 @@ budget: ratio 1 -> 51,840 B (range 4,096..51,840 B)
 saved: 51,840 B in 11 activations (+11 static inputs)
 recomputed: 31 ops, 18,176 FLOP, est. 36.4 ns
 predicted peak: 109,188 B (backward: mul#4; graph model)
+gradients: 12,608 of 12,736 static-input elements in 9 of 11 tensors (parameters, buffers)
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -794,6 +891,7 @@ budget: ratio 0.5 -> 27,968 B (range 4,096..51,840 B)
 saved: 25,216 B in 8 activations (+11 static inputs)
 recomputed: 34 ops, 444,160 FLOP, est. 31.3 us
 predicted peak: 105,092 B (backward: mul#4; graph model)
+gradients: 12,608 of 12,736 static-input elements in 9 of 11 tensors (parameters, buffers)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -840,6 +938,7 @@ budget: ratio 0 -> 4,096 B (range 4,096..51,840 B)
 saved: 4,096 B in 1 activations (+11 static inputs)
 recomputed: 81 ops, 899,968 FLOP, est. 123 us
 predicted peak: 117,380 B (backward: mul#4; graph model)
+gradients: 12,608 of 12,736 static-input elements in 9 of 11 tensors (parameters, buffers)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -909,6 +1008,7 @@ budget: absolute -> 60,000 B (range 4,096..51,840 B)
 saved: 51,840 B in 11 activations (+11 static inputs)
 recomputed: 31 ops, 18,176 FLOP, est. 36.4 ns
 predicted peak: 109,188 B (backward: mul#4; graph model)
+gradients: 12,608 of 12,736 static-input elements in 9 of 11 tensors (parameters, buffers)
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -955,6 +1055,7 @@ budget: ratio 1 -> 88,426 B (range 6,160..88,426 B)
 saved: 88,426 B in 16 activations (+8 static inputs)
 recomputed: 13 ops, 24,576 FLOP, est. 49.2 ns
 predicted peak: 131,784 B (backward: blocks.0.bn2/mul; graph model)
+gradients: 1,506 of 1,557 static-input elements in 11 of 20 tensors (parameters, buffers)
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -1006,6 +1107,7 @@ budget: ratio 0.5 -> 47,293 B (range 6,160..88,426 B)
 saved: 39,338 B in 15 activations (+10 static inputs)
 recomputed: 34 ops, 286,720 FLOP, est. 11.3 us
 predicted peak: 117,768 B (backward: convolution_backward; graph model)
+gradients: 1,506 of 1,557 static-input elements in 11 of 20 tensors (parameters, buffers)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -1067,6 +1169,7 @@ budget: ratio 0 -> 6,160 B (range 6,160..88,426 B)
 saved: 6,160 B in 2 activations (+11 static inputs)
 recomputed: 64 ops, 1,483,227 FLOP, est. 135 us
 predicted peak: 119,560 B (backward: le; graph model)
+gradients: 1,506 of 1,557 static-input elements in 11 of 20 tensors (parameters, buffers)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
@@ -1139,6 +1242,7 @@ budget: absolute -> 20,000 B (range 6,160..88,426 B)
 saved: 6,570 B in 13 activations (+10 static inputs)
 recomputed: 36 ops, 1,466,368 FLOP, est. 33.6 us
 predicted peak: 131,848 B (backward: blocks.0.bn2/mul; graph model)
+gradients: 1,506 of 1,557 static-input elements in 11 of 20 tensors (parameters, buffers)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
