@@ -98,7 +98,9 @@ def test_report_counts_the_gradients() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("name", "budget"), [("llama_lora", 0.0), ("llama_frozen", 0.5)])
+@pytest.mark.parametrize(
+    ("name", "budget"), [("llama_lora", 0.0), ("llama_frozen", 0.5), ("gpt2_lora_all", 0.0)]
+)
 def test_peak_predicted_through_inductor(name, budget) -> None:
     measured, report = _measured(name, budget, inductor=True)
     assert report.peak_model == "inductor", report.notes

@@ -250,8 +250,7 @@ class _WrapperPlan:
                         self._allocate(buf, index, label)
             elif node.is_extern() or node.is_template():
                 for buf in node.get_outputs():
-                    if not self._in_place(node, buf, label):
-                        self._allocate(buf, index, label)
+                    self._allocate(buf, index, label)
                 workspace = _workspace(node)
                 if workspace:
                     self.events.append(Event("workspace", node.get_name(), workspace, label=label))
@@ -263,26 +262,40 @@ class _WrapperPlan:
         return self.events
 
     def _kernel(self, node: object, index: int, label: str) -> None:
+        """One fused kernel, as Inductor's codegen runs it: each member's in-place writes
+        decided in order (over inputs that die here, the kernel's own earlier results
+        among them), then kernel-local buffers removed (``remove_kernel_local_buffers``),
+        except those an in-place write ties to a buffer that stays."""
         members = set(node.get_operation_names())  # type: ignore[attr-defined]
         scheduler = self.scheduler
-        for sub in node.get_nodes():  # type: ignore[attr-defined]
-            for buf in sub.get_outputs():
-                name = buf.get_name()
-                users = [u for u in buf.users if not u.is_weak]
-                if (
-                    users
-                    and name not in self.outputs
-                    and all(u.get_name() in members for u in users)
-                    and name not in scheduler.mutation_renames  # type: ignore[attr-defined]
-                    and name not in scheduler.mutation_real_name  # type: ignore[attr-defined]
-                ):
-                    self.removed.add(name)  # kernel-local: never allocated
-        for sub in node.get_nodes():  # type: ignore[attr-defined]
-            for buf in sub.get_outputs():
-                if buf.get_name() in self.removed or self._in_place(sub, buf, label):
-                    continue
-                if buf.node.should_allocate():
-                    self._allocate(buf, index, label)
+        outputs = [(sub, buf) for sub in node.get_nodes() for buf in sub.get_outputs()]  # type: ignore[attr-defined]
+        local = set()
+        for _, buf in outputs:
+            name = buf.get_name()
+            users = [u for u in buf.users if not u.is_weak]
+            if (
+                users
+                and name not in self.outputs
+                and all(u.get_name() in members for u in users)
+                and name not in scheduler.mutation_renames  # type: ignore[attr-defined]
+                and name not in scheduler.mutation_real_name  # type: ignore[attr-defined]
+            ):
+                local.add(name)  # kernel-local: never allocated, unless written over in place
+        sources: dict[str, str] = {}
+        for sub, buf in outputs:
+            source = self._in_place_source(sub, buf)
+            if source is not None:
+                sources[buf.get_name()] = source
+                self.taken.add(source)
+        self.removed |= _removable(local, sources)
+        for _, buf in outputs:
+            name = buf.get_name()
+            if name in self.removed:
+                continue
+            if name in sources:
+                self._take(buf, sources[name], label)
+            elif buf.node.should_allocate():
+                self._allocate(buf, index, label)
         reads = node.read_writes.reads  # type: ignore[attr-defined]
         self.group_args += len(reads) + len(node.get_outputs())  # type: ignore[attr-defined]
         if self.group_args > ti.CPP_MAX_KERNEL_GROUP_ARGS or node.get_device().type != "cpu":  # type: ignore[attr-defined]
@@ -324,10 +337,11 @@ class _WrapperPlan:
                 return
         self.events.append(Event("alloc", name, size, label=label))
 
-    def _in_place(self, node: object, buf: object, label: str) -> bool:
-        """``SchedulerNode.decide_inplace_update``: write over the one input that dies here."""
+    def _in_place_source(self, node: object, buf: object) -> str | None:
+        """``SchedulerNode.decide_inplace_update``: the one input that dies here and that
+        ``buf`` is written over, if any."""
         if not isinstance(node, ti.SchedulerNode):
-            return False
+            return None
         out = buf.node  # type: ignore[attr-defined]
         if (
             not out.should_allocate()
@@ -335,7 +349,7 @@ class _WrapperPlan:
             or out.get_mutation_names()
             or buf.get_name() in self.removed  # type: ignore[attr-defined]
         ):
-            return False
+            return None
         scheduler = self.scheduler
         done = node.ancestors | self.lowering.removed_operations | self.completed  # type: ignore[attr-defined]
         for read in node.read_writes.reads:
@@ -354,18 +368,22 @@ class _WrapperPlan:
             spec = source.node.get_output_spec()
             if isinstance(spec, (ir.NoneLayout, ir.MultiOutputLayout, ir.MutationLayoutSHOULDREMOVE)):
                 continue
-            if not ti.can_match_buffer_size(source.node, out):
+            if _aliasing_fallback_output(source) or not ti.can_match_buffer_size(source.node, out):
                 continue
-            self.taken.add(name)
-            # ``KernelArgs.make_inplace``: written over an unaligned buffer (on CPU every
-            # graph input), the output is unaligned too, so the pool never gives it to an
-            # aligned allocation (``buffer_reuse_key``).
-            unaligned = self.lowering.unaligned_buffers  # type: ignore[attr-defined]
-            if name in unaligned:
-                unaligned.add(buf.get_name())  # type: ignore[attr-defined]
-            self.events.append(Event("take", buf.get_name(), other=name, label=label))  # type: ignore[attr-defined]
-            return True
-        return False
+            if not _single_index_in_fused_node(scheduler, node, source):
+                continue
+            return name
+        return None
+
+    def _take(self, buf: object, source: str, label: str) -> None:
+        """``buf`` written over ``source``'s storage."""
+        # ``KernelArgs.make_inplace``: written over an unaligned buffer (on CPU every
+        # graph input), the output is unaligned too, so the pool never gives it to an
+        # aligned allocation (``buffer_reuse_key``).
+        unaligned = self.lowering.unaligned_buffers  # type: ignore[attr-defined]
+        if source in unaligned:
+            unaligned.add(buf.get_name())  # type: ignore[attr-defined]
+        self.events.append(Event("take", buf.get_name(), other=source, label=label))  # type: ignore[attr-defined]
 
     def _flush(self, index: int) -> None:
         """``Scheduler.free_buffers``: what died since the last call; buffers go to the pool."""
@@ -533,3 +551,44 @@ def _workspace(node: object) -> int:
     device = kernel.get_device()
     device_type = device.type if device is not None else "cpu"
     return workspace_bytes(op, device_type, shapes, replayed=replayed)
+
+
+def _aliasing_fallback_output(source: object) -> bool:
+    """An output of a fallback kernel that aliases one of its inputs: never written over."""
+    op = source.defining_op  # type: ignore[attr-defined]
+    return (
+        op is not None
+        and isinstance(op.node, (ir.FallbackKernel, ir.MultiOutput))
+        and len(source.node.get_inputs_that_alias_output()) > 0  # type: ignore[attr-defined]
+    )
+
+
+def _single_index_in_fused_node(scheduler: object, node: object, source: object) -> bool:
+    """``decide_inplace_update``'s ``single_index_in_fused_node``: a buffer the fused kernel
+    reads at more than one index (a LoRA base output read as [b, s, n] and as [b*s, n], say)
+    is not written over, since a later read may see the new values."""
+    fused = scheduler.get_fused_node(node)  # type: ignore[attr-defined]
+    name = source.get_name()  # type: ignore[attr-defined]
+    deps: set[object] = set()
+    for user in source.users:  # type: ignore[attr-defined]
+        user_node = user.node
+        if not hasattr(user_node, "read_writes"):  # the graph's output
+            continue
+        first = user_node.get_first_name()
+        if first not in scheduler.name_to_fused_node or scheduler.get_fused_node(user_node) is not fused:  # type: ignore[attr-defined]
+            continue
+        deps |= {dep for dep in user_node.read_writes.reads_and_writes() if dep.name == name}
+        if len(deps) > 1:
+            return False
+    return True
+
+
+def _removable(local: set[str], sources: dict[str, str]) -> set[str]:
+    """The kernel-local buffers Inductor removes: those whose in-place group (a buffer and
+    what it was written over, transitively) is local throughout."""
+    groups: dict[str, set[str]] = {}
+    for out, source in sources.items():
+        group = groups.get(out, {out}) | groups.get(source, {source})
+        for name in group:
+            groups[name] = group
+    return {name for name in local if groups.get(name, {name}) <= local}
