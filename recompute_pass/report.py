@@ -259,6 +259,8 @@ class PartitionReport:
         data["recomputed"] = tuple(RecomputedValue(**{**v, "kind": OpKind(v["kind"])}) for v in recomputed)
         data["offloaded"] = tuple(OffloadedValue(**value) for value in data.get("offloaded", ()))
         data["notes"] = tuple(data.get("notes", ()))
+        if data.get("gradients") is not None:
+            data["gradients"] = Gradients(**data["gradients"])
         for rows in ("frontier", "peak_timeline", "offload_frontier"):
             data[rows] = tuple(tuple(row) for row in data.get(rows, ()))
         return PartitionReport(**data)

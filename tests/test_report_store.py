@@ -36,6 +36,7 @@ def _report(budget: float = 0.5) -> PartitionReport:
 def test_a_report_survives_its_json() -> None:
     report = _report()
     assert report.saved and report.recomputed and report.frontier and report.peak_timeline
+    assert report.gradients is not None
     offloaded = dataclasses.replace(
         report,
         offloaded=(OffloadedValue("x/mm", "[4, 16]", "float32", 256, 1e-6, 2e-6, 2.5e-6, 0.5e-6),),

@@ -45,11 +45,10 @@ BAD = [
     ("memory_budget", None, "[0, 1]"),
     ("memory_budget", True, "[0, 1]"),
     ("memory_budget", np.float32("nan"), "[0, 1]"),
-    ("memory_budget_bytes", -1, "non-negative integer"),
-    ("memory_budget_bytes", 1.5, "non-negative integer"),
-    ("memory_budget_bytes", 1024.0, "non-negative integer"),
-    ("memory_budget_bytes", "1GB", "non-negative integer"),
-    ("memory_budget_bytes", True, "non-negative integer"),
+    ("memory_budget_bytes", -1, "non-negative whole number of bytes"),
+    ("memory_budget_bytes", 1.5, "non-negative whole number of bytes"),
+    ("memory_budget_bytes", "1 gigabyte", "size string"),
+    ("memory_budget_bytes", True, "non-negative whole number of bytes"),
     ("solver", "fastest", "milp"),
     ("solver", "MILP", "milp"),
     ("solver", None, "milp"),
@@ -88,6 +87,8 @@ def test_bad_option_raises_value_error_naming_it(option: str, value: Any, valid:
         ("memory_budget", Fraction(1, 3)),
         ("memory_budget_bytes", 0),
         ("memory_budget_bytes", np.int64(4096)),
+        ("memory_budget_bytes", 1024.0),  # a whole float: stored as the int it is
+        ("memory_budget_bytes", "1GB"),
         ("solver", "mincut"),
         ("device", "h100"),
         ("time_limit", 0.5),
@@ -100,6 +101,10 @@ def test_edge_values_are_accepted(option: str, value: Any) -> None:
     if option == "memory_budget":
         # Normalised to a float: the same budget gives the same cache key however it is spelled.
         assert type(options.memory_budget) is float and options.memory_budget == float(value)
+    elif option == "memory_budget_bytes":
+        # Normalised to an int of bytes, whatever the spelling: one cache key per size.
+        expected = 10**9 if value == "1GB" else int(value)
+        assert type(options.memory_budget_bytes) is int and options.memory_budget_bytes == expected
     else:
         assert getattr(options, option) == value
 
