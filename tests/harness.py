@@ -9,9 +9,10 @@ from typing import Any
 
 import torch
 
-from benchmarks.measure import saved_activation_bytes
+from benchmarks.measure import saved_activation_bytes, step_memory
 from benchmarks.models import ModelCase
 from recompute_pass import PartitionReport, capture_reports
+from recompute_pass import torch_internals as ti
 
 # fp32 on CPU: recomputation reorders nothing, but a recomputed value may be produced by
 # a differently fused kernel; 1e-5 relative (plus 1e-6 absolute) covers the rounding.
@@ -67,3 +68,20 @@ def assert_same_step(actual: Step, expected: Step, *, rtol: float = RTOL, atol: 
         torch.testing.assert_close(
             actual.grads[name], grad, rtol=rtol, atol=atol, msg=lambda m, n=name: f"{n}: {m}"
         )
+
+
+def compiled_step_peak(
+    model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], backend: Callable[..., Any], **inductor: Any
+) -> tuple[int, PartitionReport]:
+    """Measured peak of the step after the compiling one (caches off, ``inductor`` config
+    patched), and the compile's one report."""
+    with ti.inductor_config.patch(force_disable_caches=True, **inductor):
+        torch.compiler.reset()
+        compiled = torch.compile(model, backend=backend)
+        with capture_reports() as reports:
+            compiled(*inputs).backward()
+        for parameter in model.parameters():
+            parameter.grad = None
+        memory, _ = step_memory(lambda: compiled(*inputs), lambda loss: loss.backward(), torch.device("cpu"))
+    (report,) = reports
+    return memory.peak_bytes, report

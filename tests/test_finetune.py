@@ -9,9 +9,8 @@ import pytest
 import torch
 
 from benchmarks.measure import step_memory
-from recompute_pass import capture_reports, fit_longest, recompute_backend, recompute_eager_backend
-from recompute_pass import torch_internals as ti
-from tests.harness import assert_same_step, build, case_inputs, run_step
+from recompute_pass import fit_longest, recompute_backend, recompute_eager_backend
+from tests.harness import assert_same_step, build, case_inputs, compiled_step_peak, run_step
 
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
@@ -39,16 +38,7 @@ def _measured(name: str, budget: float, *, inductor: bool) -> tuple[int, object]
     backend = (recompute_backend if inductor else recompute_eager_backend).with_options(
         memory_budget=budget, fallback=False
     )
-    with ti.inductor_config.patch(force_disable_caches=True):
-        torch.compiler.reset()
-        compiled = torch.compile(model, backend=backend)
-        with capture_reports() as reports:
-            compiled(*inputs).backward()
-        for parameter in model.parameters():
-            parameter.grad = None
-        memory, _ = step_memory(lambda: compiled(*inputs), lambda loss: loss.backward(), torch.device("cpu"))
-    (report,) = reports
-    return memory.peak_bytes, report
+    return compiled_step_peak(model, inputs, backend)
 
 
 @pytest.mark.parametrize("budget", [0.5, 0.0])

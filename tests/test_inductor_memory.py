@@ -33,7 +33,7 @@ from recompute_pass import (
 from recompute_pass import torch_internals as ti
 from recompute_pass.memory import inductor_memory
 from recompute_pass.partitioner import partition
-from tests.harness import Step, assert_same_step, build, case_inputs, run_step
+from tests.harness import Step, assert_same_step, build, case_inputs, compiled_step_peak, run_step
 from tests.joint_graphs import reference_joints
 
 FULL = os.environ.get("RECOMPUTE_FULL") == "1"
@@ -52,17 +52,9 @@ def _measured(name: str, budget: float, mode: str) -> tuple[int, PartitionReport
     case = CASES[name]
     model, inputs = build(case), case_inputs(case)
     backend = recompute_backend.with_options(memory_budget=budget, budget_mode=mode, fallback=False)
-    with ti.inductor_config.patch(force_disable_caches=True, fallback_random=True):
-        torch.compiler.reset()
-        compiled = torch.compile(model, backend=backend)
-        with capture_reports() as reports:
-            compiled(*inputs).backward()
-        for parameter in model.parameters():
-            parameter.grad = None
-        memory, _ = step_memory(lambda: compiled(*inputs), lambda loss: loss.backward(), torch.device("cpu"))
-    (report,) = reports
+    peak, report = compiled_step_peak(model, inputs, backend, fallback_random=True)
     assert report.fallback is None and report.peak_model == "inductor", report.notes
-    return memory.peak_bytes, report
+    return peak, report
 
 
 DEFAULT_MODELS = ("llama", "gpt")
