@@ -24,7 +24,7 @@ from recompute_pass.extract.offload import offload_partition
 from recompute_pass.graph.costing import Costed, build_problem, measure, resolve_device
 from recompute_pass.graph.joint_graph import RegionBudgetError, analyze, prepare
 from recompute_pass.graph.plan_sizes import planned_hints
-from recompute_pass.memory import inductor_memory, liveness
+from recompute_pass.memory import composed, inductor_memory, liveness
 from recompute_pass.memory.liveness import PeakEstimate
 from recompute_pass.memory.plan_peak import JointSchedule
 from recompute_pass.offloading.peak import with_offload
@@ -33,8 +33,8 @@ from recompute_pass.offloading.schedule import for_order, windows
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.plan_sync import PlanSyncError, agree, agree_to_fail, partition_digest, rank_and_world
 from recompute_pass.report import PartitionReport, build_report, publish
-from recompute_pass.search.decide import decide
-from recompute_pass.search.peak_budget import checks_within
+from recompute_pass.search.decide import Decision, decide
+from recompute_pass.search.peak_budget import COMPOSED_CHECKS, checks_within
 from recompute_pass.search.peak_milp import PeakSolver
 from recompute_pass.solver.problem import Plan
 
@@ -115,9 +115,13 @@ def partition(
     # peak comes from the graphs, so that plans with and without offload compare alike.
     inductor = compiler == "inductor" and options.peak_model == "auto" and not options.offload
     realized: dict[Plan, tuple[Partition, PeakEstimate]] = {}
+    # A deep graph's peaks through Inductor: composed from its distinct blocks' lowerings.
+    planner = composed.for_graph(joint.module) if inductor and options.budgets_peak else None
     scorer = None
     if options.budgets_peak:  # only a peak budget scores many plans
-        scorer = JointScorer.of(costed, options, inductor=inductor, plan_sizes=sizes, realized=realized)
+        scorer = JointScorer.of(
+            costed, options, inductor=inductor, plan_sizes=sizes, realized=realized, planner=planner
+        )
     decision = decide(costed.problem, options, scorer)
     if scorer is not None and scorer.walked:
         walked, extracted = scorer.estimate(decision.plan), scorer.realize(decision.plan)[1].peak_bytes
@@ -129,8 +133,12 @@ def partition(
                 extracted,
             )
             decision = decide(costed.problem, options, scorer.on_graphs())
+    if planner is not None:  # the chosen plan's peak from its whole graph
+        decision = _validated(costed, decision, options, scorer, realized, planner)
     # Under a process group: every rank's plan is rank 0's (or was equal to it already).
     synced = agree(costed, decision, options)
+    if planner is not None and synced.decision.plan != decision.plan:
+        realized.pop(synced.decision.plan, None)  # a composed peak: lowered whole below
     decision = synced.decision
     if decision.plan not in realized:
         realized[decision.plan] = realize(costed, decision.plan, inductor=inductor, plan_sizes=sizes)
@@ -142,6 +150,56 @@ def partition(
     report = build_report(costed, decision, result, peak)
     report = dataclasses.replace(report, plan_digest=synced.digest, rank=rank, world_size=world)
     return result.forward, result.backward, report
+
+
+def _validated(
+    costed: Costed,
+    decision: Decision,
+    options: RecomputeOptions,
+    scorer: JointScorer | None,
+    realized: dict[Plan, tuple[Partition, PeakEstimate]],
+    planner: composed.PieceLowerings,
+) -> Decision:
+    """The chosen plan's composed peak against one lowering of the whole graph, which is
+    what the report says and the cap is held to. Beyond ``COMPOSED_TOLERANCE`` the choice
+    is made again on whole-graph checks, as without composition. What composition misses
+    (``memory.composed``): Inductor's reuse pool holding a buffer across a piece boundary,
+    and its passes moving work across one. ``realized[decision.plan]`` then holds the
+    plan's graphs and the peak to report."""
+    plan = decision.plan
+    peak = realized[plan][1]
+    whole = realize(costed, plan, inductor=True, plan_sizes=options.plan_size_map())
+    error = peak.peak_bytes / max(1, whole[1].peak_bytes) - 1
+    note = f"peaks composed from Inductor's plans of the graph's pieces ({planner.describe()})"
+    if abs(error) <= COMPOSED_TOLERANCE:
+        note += f"; the chosen plan's {error:+.2%} from its whole-graph lowering, which is reported"
+        realized[plan] = whole[0], dataclasses.replace(whole[1], note=_joined(whole[1].note, note))
+        return decision
+    log.warning(
+        "recompute_pass: the composed peak (%d B) is %+.1f%% from the whole graph's lowering (%d B); "
+        "choosing again on whole-graph checks",
+        peak.peak_bytes,
+        100 * error,
+        whole[1].peak_bytes,
+    )
+    realized.clear()
+    realized[plan] = whole
+    if scorer is not None:
+        fallback = scorer.whole_graph()
+        decision = decide(costed.problem, options, fallback)
+        fallback.realize(decision.plan)
+    result, peak = realized[decision.plan]
+    note += f"; {error:+.1%} from the whole graph's: chosen again on whole-graph checks"
+    realized[decision.plan] = result, dataclasses.replace(peak, note=_joined(peak.note, note))
+    return decision
+
+
+# How far the composed peak may be from the whole graph's lowering (issue 26: 1%).
+COMPOSED_TOLERANCE = 0.01
+
+
+def _joined(*notes: str) -> str:
+    return "; ".join(n for n in notes if n)
 
 
 @dataclass(frozen=True)
@@ -192,6 +250,7 @@ class JointScorer:
     plan_sizes: dict[str, int]
     realized: dict[Plan, tuple[Partition, PeakEstimate]]  # shared: each plan extracted once
     graph_nodes: dict[str, fx.Node]  # by name, for offload's transfer times
+    planner: composed.PieceLowerings | None = None  # peaks composed from the graph's pieces
 
     @staticmethod
     def of(
@@ -201,12 +260,15 @@ class JointScorer:
         inductor: bool,
         plan_sizes: dict[str, int],
         realized: dict[Plan, tuple[Partition, PeakEstimate]],
+        planner: composed.PieceLowerings | None = None,
     ) -> JointScorer:
         joint = costed.joint
         # Offload: the windows of each value that may be offloaded (None: no host link).
         offload = windows(costed, options.offload_host_bytes) if options.offload else None
         walked = not inductor and not options.offload
         counted = checks_within(options.time_limit, len(joint.module.graph.nodes))
+        if planner is not None:  # a check lowers only the pieces not lowered before
+            counted = COMPOSED_CHECKS
         return JointScorer(
             costed=costed,
             schedule=JointSchedule.of(joint, costed.hints),
@@ -218,12 +280,18 @@ class JointScorer:
             plan_sizes=plan_sizes,
             realized=realized,
             graph_nodes={n.name: n for n in joint.module.graph.nodes} if offload is not None else {},
+            planner=planner,
         )
 
     def on_graphs(self) -> JointScorer:
         """The same scorer with exact peaks from the extracted graphs, for the counted checks."""
         checks = checks_within(self.time_limit, len(self.costed.joint.module.graph.nodes))
         return dataclasses.replace(self, walked=False, checks=checks)
+
+    def whole_graph(self) -> JointScorer:
+        """The same scorer with each check a lowering of the whole graph (no composition)."""
+        checks = checks_within(self.time_limit, len(self.costed.joint.module.graph.nodes))
+        return dataclasses.replace(self, walked=False, checks=checks, planner=None)
 
     def estimate(self, plan: Plan) -> int:
         costed = self.costed
@@ -241,7 +309,7 @@ class JointScorer:
         """The plan's graphs and their predicted peak, extracted once per plan."""
         if plan not in self.realized:
             self.realized[plan] = realize(
-                self.costed, plan, inductor=self.inductor, plan_sizes=self.plan_sizes
+                self.costed, plan, inductor=self.inductor, plan_sizes=self.plan_sizes, planner=self.planner
             )
         return self.realized[plan]
 
@@ -258,11 +326,17 @@ class JointScorer:
 
 
 def realize(
-    costed: Costed, plan: Plan, *, inductor: bool = False, plan_sizes: dict[str, int] | None = None
+    costed: Costed,
+    plan: Plan,
+    *,
+    inductor: bool = False,
+    plan_sizes: dict[str, int] | None = None,
+    planner: composed.PieceLowerings | None = None,
 ) -> tuple[Partition, PeakEstimate]:
     """The graphs a plan runs as, and their predicted peak: from Inductor's memory plan
-    when ``inductor`` (the graphs will be compiled by Inductor), else from the graphs;
-    at ``plan_sizes`` where given (``RecomputeOptions.plan_sizes``)."""
+    when ``inductor`` (the graphs will be compiled by Inductor; composed from the graphs'
+    pieces with ``planner``), else from the graphs; at ``plan_sizes`` where given
+    (``RecomputeOptions.plan_sizes``)."""
     nodes = PlanNodes.of(costed, plan)
     result = extract(costed.joint, list(nodes.saved), set(nodes.recomputed), list(nodes.replayed))
     # Read again: replaying a draw can add a symbol (its state's size) after costing.
@@ -274,7 +348,9 @@ def realize(
     users = costed.joint.num_fwd_outputs
     if inductor:
         try:
-            return result, inductor_memory.predict_peak(*args, num_user_outputs=users, hints=hints)
+            lower = inductor_memory.plan_graph if planner is None else planner.plan_graph
+            peak = inductor_memory.predict_peak(*args, num_user_outputs=users, hints=hints, planner=lower)
+            return result, peak
         except Exception as error:  # a prediction, never worth failing the compile for
             cause = f"{type(error).__name__}: {error}".splitlines()[0][:200]
             _warn_inductor_model_failed(cause)

@@ -82,6 +82,7 @@ from torch._inductor.memory import (
 )
 from torch._inductor.runtime.cache_dir_utils import cache_dir as _inductor_cache_dir
 from torch._inductor.scheduler import NopKernelSchedulerNode, Scheduler, SchedulerNode
+from torch._inductor.utils import is_pointwise_use
 from torch._inductor.virtualized import V
 from torch._ops import HigherOrderOperator, OpOverload
 from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
@@ -148,6 +149,7 @@ __all__ = [
     "is_functional_op",
     "is_subgraph_body_call",
     "is_fwd_seed_offset",
+    "is_pointwise_use",
     "is_primal",
     "is_sym_node",
     "is_tangent",
@@ -178,6 +180,8 @@ region_memory_budget = _get_memory_budget_annotation
 ao_offload = torch.ops.ao.offload.default
 ao_reload = torch.ops.ao.reload.default
 ao_wait_tensor = torch.ops.ao.wait_tensor.default
+# Inductor's replacement of random ops numbers each draw's seed (``replace_random``).
+inductor_lookup_seed = torch.ops.prims.inductor_lookup_seed.default
 
 
 def insert_offload_ops(forward: fx.GraphModule, backward: fx.GraphModule, names: Sequence[str]) -> None:

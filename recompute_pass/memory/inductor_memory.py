@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import sympy
 import torch
@@ -118,22 +119,46 @@ def plan_graph(
         return plans
 
 
+class GraphPlanner(Protocol):
+    """``plan_graph``, or what stands in for it (``composed.PieceLowerings.plan_graph``)."""
+
+    def __call__(
+        self,
+        graph: fx.GraphModule,
+        *,
+        is_backward: bool,
+        donated: Sequence[int] = (),
+        input_strides: dict[str, tuple[sympy.Expr, ...]] | None = None,
+        patches: dict[str, object] | None = None,
+        without_reuse: bool = False,
+    ) -> list[tuple[dict[str, object], GraphPlan]]: ...
+
+
 def predict_peak(
-    forward: fx.GraphModule, backward: fx.GraphModule, *, num_user_outputs: int, hints: SizeHints
+    forward: fx.GraphModule,
+    backward: fx.GraphModule,
+    *,
+    num_user_outputs: int,
+    hints: SizeHints,
+    planner: GraphPlanner = plan_graph,
 ) -> PeakEstimate:
     """Replay both graphs' plans; the forward's outputs live on as the backward's inputs.
     ``hints``: the forward graph's size hints: Inductor sizes every buffer at them (the
     shape env's hints are set to them meanwhile), and the tangents autograd allocates."""
     env = ti.detect_fake_mode([n.meta.get("val") for n in forward.graph.find_nodes(op="placeholder")])
     with ti.shape_env_hints(env.shape_env if env is not None else None, dict(hints.values)):
-        return _predict_peak(forward, backward, num_user_outputs, hints)
+        return _predict_peak(forward, backward, num_user_outputs, hints, planner)
 
 
 def _predict_peak(
-    forward: fx.GraphModule, backward: fx.GraphModule, num_user_outputs: int, hints: SizeHints
+    forward: fx.GraphModule,
+    backward: fx.GraphModule,
+    num_user_outputs: int,
+    hints: SizeHints,
+    planner: GraphPlanner,
 ) -> PeakEstimate:
     memory = _Storages()
-    (_, fwd), *_ = plan_graph(forward, is_backward=False)
+    (_, fwd), *_ = planner(forward, is_backward=False)
     for name in fwd.inputs:
         memory.bind_external("forward", name)
     memory.replay(fwd.events, "forward")
@@ -165,7 +190,7 @@ def _predict_peak(
     }
     best = None
     for patches in _backward_variants():
-        planned = plan_graph(
+        planned = planner(
             backward,
             is_backward=True,
             donated=donated,

@@ -48,6 +48,11 @@ MAX_CHECKED = 8
 _CHECK_SECONDS_PER_NODE = 3.5e-3
 
 
+# With peaks composed from a deep graph's pieces (``memory.composed``) a check lowers only
+# the pieces no earlier check lowered: this many plans of the front, at any depth.
+COMPOSED_CHECKS = MAX_CHECKED
+
+
 def checks_within(time_limit: float, nodes: int) -> int:
     """How many plans' exact peaks (Inductor lowerings) fit ``time_limit`` on a graph of
     ``nodes`` nodes: at least the range's two ends, at most ``MAX_CHECKED``."""

@@ -1,0 +1,158 @@
+"""Deep models: partitioner and compile time, peak and step time at depth.
+
+    python -m benchmarks.deep [--models hf_llama hf_gpt2] [--layers 12] [--budgets 1 0.75 0.5 0.25 0]
+        [--dim 128] [--seq 512] [--batch 2] [--vocab 512] [--out benchmarks/results/deep]
+
+Per model (built from configs, full training, dropout off so every system compares with
+eager): ``torch.compile`` (PyTorch's min-cut partitioner), ``torch.utils.checkpoint`` on
+every block (eager), and ours through Inductor at each budget. Per system: the seconds
+spent inside the partitioner (measured around each partitioner call, ours and PyTorch's
+alike), the first step (compile included), the measured peak of the step after it (the
+one definition: profiler allocation events on CPU), our predicted peak, the next step's
+time, and the largest gradient difference from eager. Caches are off, so every compile
+partitions. Results: ``<out>/deep.json`` and a table on stdout; progress on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import shlex
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from unittest import mock
+
+import torch
+from torch import nn
+
+from benchmarks import hf_models
+from benchmarks.checkpoint_flops import checkpoint_blocks
+from benchmarks.finetune import build, grad_error, measure
+from recompute_pass import partitioner, recompute_backend
+from recompute_pass import torch_internals as ti
+
+MODELS = ("hf_llama", "hf_gpt2")
+
+
+@contextlib.contextmanager
+def partitioner_seconds() -> Iterator[list[float]]:
+    """Seconds inside each partitioner call, ours (``partitioner.partition``) and PyTorch's
+    (the min-cut partitioner Inductor calls), while the block runs."""
+    spent: list[float] = []
+
+    def timed(function: Callable[..., object]) -> Callable[..., object]:
+        @functools.wraps(function)
+        def call(*args: object, **kwargs: object) -> object:
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent.append(time.perf_counter() - start)
+
+        return call
+
+    ours = mock.patch.object(partitioner, "partition", timed(partitioner.partition))
+    name = "min_cut_rematerialization_partition"
+    theirs = mock.patch.object(ti.inductor_compile_fx, name, timed(getattr(ti.inductor_compile_fx, name)))
+    with ours, theirs:
+        yield spent
+
+
+def run_model(name: str, args: argparse.Namespace) -> list[dict[str, object]]:
+    sizes = dict(layers=args.layers, dim=args.dim, seq=args.seq, vocab=args.vocab)
+    torch.manual_seed(1)
+    size = (args.batch, args.seq)
+    inputs = (torch.randint(0, args.vocab, size), torch.randint(0, args.vocab, size))
+    rows: list[dict[str, object]] = []
+
+    def record(system: str, budget: float | None, step_of: Callable[[nn.Module], Callable]) -> None:
+        model, blocks = build(name, **sizes)
+        if system == "checkpoint":
+            checkpoint_blocks(blocks)
+        torch.compiler.reset()
+        start = time.perf_counter()
+        with ti.inductor_config.patch(force_disable_caches=True), partitioner_seconds() as spent:
+            step = step_of(model)
+            peak, grads, reports = measure(model, inputs, step)
+            first_and_measured = time.perf_counter() - start
+            begin = time.perf_counter()
+            step(*inputs).backward()
+            step_seconds = time.perf_counter() - begin
+        report = reports[-1] if reports else None
+        predicted = getattr(report, "predicted_peak_bytes", None)
+        row = {
+            "model": name,
+            "layers": args.layers,
+            "system": system,
+            "budget": budget,
+            "partitioner_s": sum(spent),
+            "first_steps_s": first_and_measured,  # the compiling step and the measured one
+            "step_s": step_seconds,
+            "measured_peak": peak,
+            "predicted_peak": predicted,
+            "error": None if predicted is None else predicted / peak - 1,
+            "recompute_flops": getattr(report, "recompute_flops", None),
+            "grad_error": grad_error(grads, eager),
+            "plan": None if report is None else report.plan_digest,
+            "notes": [] if report is None else list(report.notes),
+        }
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+
+    model, _ = build(name, **sizes)
+    _, eager, _ = measure(model, inputs, model)
+    record("compile", None, lambda m: torch.compile(m))
+    record("checkpoint", None, lambda m: m)
+    for budget in args.budgets:
+        options = recompute_backend.with_options(memory_budget=budget, fallback=False)
+        record("recompute", budget, lambda m, o=options: torch.compile(m, backend=o))
+    return rows
+
+
+def table(rows: Sequence[dict[str, object]]) -> str:
+    lines = [
+        "| model | layers | system | budget | partitioner s | first 2 steps s | step s | measured peak (B) "
+        "| predicted (B) | error | recompute GFLOP | max grad diff |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        error = "" if r["error"] is None else f"{r['error']:+.2%}"
+        predicted = "" if r["predicted_peak"] is None else f"{r['predicted_peak']:,}"
+        budget = "" if r["budget"] is None else f"{r['budget']:g}"
+        flops = "" if r["recompute_flops"] is None else f"{r['recompute_flops'] / 1e9:.2f}"
+        lines.append(
+            f"| {r['model']} | {r['layers']} | {r['system']} | {budget} | {r['partitioner_s']:.1f}"
+            f" | {r['first_steps_s']:.1f} | {r['step_s']:.2f} | {r['measured_peak']:,} | {predicted}"
+            f" | {error} | {flops} | {r['grad_error']:.1e} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", nargs="+", default=list(MODELS))
+    parser.add_argument("--budgets", nargs="+", type=float, default=[1.0, 0.75, 0.5, 0.25, 0.0])
+    parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--seq", type=int, default=512)
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--vocab", type=int, default=512)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/deep"))
+    args = parser.parse_args(argv)
+    if not hf_models.available():
+        parser.error("needs transformers (the bench extra)")
+    rows = [row for name in args.models for row in run_model(name, args)]
+    args.out.mkdir(parents=True, exist_ok=True)
+    command = "python -m benchmarks.deep " + shlex.join(argv if argv is not None else sys.argv[1:])
+    meta = {"command": command, "torch": torch.__version__, "threads": torch.get_num_threads()}
+    (args.out / "deep.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

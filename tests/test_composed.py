@@ -1,0 +1,194 @@
+"""Deep graphs: repeated blocks found in the joint graph (``graph.blocks``), and the peak
+under Inductor composed from the lowerings of each distinct piece (``memory.composed``)
+against the whole graph's lowering and the allocator."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+
+import pytest
+import torch
+
+from benchmarks.models import model_cases
+from recompute_pass import recompute_backend
+from recompute_pass.graph import blocks
+from recompute_pass.graph.joint_graph import JointGraph
+from recompute_pass.graph.plan_sizes import planned_hints
+from recompute_pass.memory import composed, inductor_memory
+from recompute_pass.options import RecomputeOptions
+from recompute_pass.partitioner import partition
+from tests.harness import assert_same_step, compiled_step_peak, run_step
+from tests.joint_graphs import capture_joints
+
+pytest.importorskip("transformers")
+
+from benchmarks import hf_models
+
+LAYERS, SEQ = 4, 128
+TOLERANCE = 0.01  # composed against whole-graph lowering, and predicted against measured
+
+
+def _llama() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return hf_models.llama(vocab=128, seq=SEQ, dim=64, heads=4, hidden=176, layers=LAYERS)
+
+
+def _gpt2() -> torch.nn.Module:
+    """Dropout off: the captured joint has not been through Inductor's joint passes, which
+    turn random ops into the seeded ones Inductor lowers."""
+    torch.manual_seed(0)
+    model = hf_models.gpt2(vocab=128, seq=SEQ, dim=64, heads=4, layers=LAYERS)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    return model
+
+
+def _tokens() -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(1)
+    tokens = torch.randint(0, 128, (2, SEQ))
+    return tokens, tokens
+
+
+@functools.cache
+def _joint(name: str) -> JointGraph:
+    model = {"llama": _llama, "gpt2": _gpt2}[name]()
+    (captured,) = capture_joints(model, _tokens())
+    return captured.analyzed()
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_blocks_of_a_decoder_are_its_layers(name) -> None:
+    found = blocks.find_blocks(_joint(name).module.graph)
+    assert found is not None
+    assert found.count == LAYERS
+    assert found.container.rsplit(".", 1)[-1] in ("layers", "h")
+    # The first layer also computes what every layer shares (CSE keeps the first copy:
+    # RoPE's unsqueezed cos and sin), so it may differ; the rest are alike.
+    assert len(set(found.kinds[1:])) == 1
+    assert found.distinct <= 2
+    assert found.describe().startswith(f"{LAYERS} x ")
+
+
+def test_a_graph_without_repeats_has_no_blocks() -> None:
+    case = model_cases(layers=1, dim=64, seq=32)["mlp"]
+    torch.manual_seed(0)
+    (captured,) = capture_joints(case.build(), case.inputs(2))
+    graph = captured.analyzed().module
+    assert blocks.find_blocks(graph.graph) is None
+    assert composed.for_graph(graph) is None
+
+
+def test_digest_ignores_names_and_sees_shapes() -> None:
+    graph = _joint("llama").module.graph
+    found = blocks.find_blocks(graph)
+    of_node = blocks.labels(graph, found.container)
+    first = [n for n in graph.nodes if of_node.get(n) == 1 and "nn_module_stack" in n.meta]
+    second = [n for n in graph.nodes if of_node.get(n) == 2 and "nn_module_stack" in n.meta]
+    assert {n.name for n in first}.isdisjoint(n.name for n in second)
+    assert blocks.digest(first) == blocks.digest(second)
+    assert blocks.digest(first) != blocks.digest(first[:-1])
+
+
+def _partitioned(name: str, budget: float):
+    joint = _joint(name)
+    module = joint.module
+    copy = torch.fx.GraphModule(module, torch.fx.Graph())
+    copy.graph.output(copy.graph.graph_copy(module.graph, {}))
+    options = RecomputeOptions(memory_budget=budget, fallback=False)
+    forward, backward, report = partition(
+        copy,
+        num_fwd_outputs=joint.num_fwd_outputs,
+        static_lifetime_input_indices=[],
+        options=options,
+        compiler="inductor",
+    )
+    return forward, backward, report, joint
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_composed_peak_equals_the_whole_graph_lowering(name) -> None:
+    forward, backward, report, joint = _partitioned(name, 0.5)
+    assert any("peaks composed" in note for note in report.notes), report.notes
+    planner = composed.for_graph(joint.module)
+    assert planner is not None
+    hints = planned_hints(forward.graph, {})
+    users = joint.num_fwd_outputs
+    whole = inductor_memory.predict_peak(forward, backward, num_user_outputs=users, hints=hints)
+    pieces = inductor_memory.predict_peak(
+        forward, backward, num_user_outputs=users, hints=hints, planner=planner.plan_graph
+    )
+    assert abs(pieces.peak_bytes / whole.peak_bytes - 1) <= TOLERANCE
+    # One lowering per distinct piece: the layers the plan treats alike are lowered once.
+    assert len(composed.split(backward, planner.repeated.container)) >= LAYERS
+    assert planner.lowered < planner.asked
+
+
+def test_compiled_deep_llama_predicted_and_gradients_equal_eager() -> None:
+    backend = recompute_backend.with_options(memory_budget=0.5, fallback=False)
+    measured, report = compiled_step_peak(_llama(), _tokens(), backend)
+    assert any("peaks composed" in note for note in report.notes), report.notes
+    assert abs(report.predicted_peak_bytes / measured - 1) <= TOLERANCE
+    assert_same_step(run_step(_llama(), _tokens(), backend=backend), run_step(_llama(), _tokens()))
+
+
+
+def _tied_sum_graph(dtype: torch.dtype) -> torch.fx.GraphModule:
+    """The shape of a tied weight's gradient: an ``mm`` at the start (outside the blocks),
+    a chain through four blocks, and the sum of the two gradients at the end."""
+    graph = torch.fx.Graph()
+
+    def node(target, args, path: str) -> torch.fx.Node:
+        created = graph.call_function(target, args)
+        created.meta["val"] = target(*[a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in args])
+        created.meta["nn_module_stack"] = {path: (path, torch.nn.Module)}
+        return created
+
+    inputs = []
+    for name, shape in (("a", (8, 4)), ("b", (4, 8)), ("c", (8, 8))):
+        inputs.append(graph.placeholder(name))
+        inputs[-1].meta["val"] = torch.zeros(shape, dtype=dtype if name == "c" else torch.float32)
+    a, b, value = inputs
+    product = node(torch.ops.aten.mm.default, (a, b), "L['self'].head")
+    for block in range(4):
+        for _ in range(composed.MIN_PIECE_NODES):
+            value = node(torch.ops.aten.relu.default, (value,), f"L['self'].layers.{block}")
+    graph.output((node(torch.ops.aten.add.Tensor, (product, value), "L['self'].embed"),))
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+def test_a_product_inductor_fuses_into_a_later_sum_is_lowered_beside_it() -> None:
+    """Inductor's ``addmm`` pattern computes ``add(mm(a, b), c)`` at the add, holding ``a``
+    and ``b`` until then (GPT-2's tied head and embedding: the logits' gradient held across
+    the whole backward); of equal dtypes only, as the pattern requires."""
+    for dtype, beside in ((torch.float32, True), (torch.float64, False)):
+        pieces = composed.split(_tied_sum_graph(dtype), "L['self'].layers")
+        assert len(pieces) >= 4
+        (home,) = [p for p in pieces if torch.ops.aten.add.Tensor in {n.target for n in p.module.graph.nodes}]
+        assert (torch.ops.aten.mm.default in {n.target for n in home.module.graph.nodes}) is beside
+        assert ("a" in home.inputs) is beside
+
+
+def test_a_composition_far_from_the_whole_graph_is_refused(monkeypatch, caplog) -> None:
+    """A composed peak more than 1% from the chosen plan's whole-graph lowering: warned,
+    and the plan chosen again on whole-graph checks, whose figure the report says."""
+    lowered = composed.PieceLowerings.plan_graph
+
+    def inflated(self, graph, **kwargs):
+        extra = inductor_memory.Event("alloc", "stray", 10**9)
+        return [
+            (config, dataclasses.replace(plan, events=(*plan.events, extra)))
+            for config, plan in lowered(self, graph, **kwargs)
+        ]
+
+    monkeypatch.setattr(composed.PieceLowerings, "plan_graph", inflated)
+    with caplog.at_level(logging.WARNING, logger="recompute_pass"):
+        forward, backward, report, joint = _partitioned("llama", 0.5)
+    assert any("choosing again on whole-graph checks" in r.getMessage() for r in caplog.records)
+    assert any("chosen again on whole-graph checks" in note for note in report.notes), report.notes
+    whole = inductor_memory.predict_peak(
+        forward, backward, num_user_outputs=joint.num_fwd_outputs, hints=planned_hints(forward.graph, {})
+    )
+    assert report.predicted_peak_bytes == whole.peak_bytes < 10**9
