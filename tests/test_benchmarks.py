@@ -268,3 +268,19 @@ def test_distributed_fsdp2_measures_every_rank() -> None:
     }
     text = distributed.results_md(records, meta)
     assert "| llama | recompute (milp) | 0.5 | 1 |" in text and "| same |" in text
+
+
+def test_deep_benchmark_times_both_partitioners() -> None:
+    """``benchmarks.deep`` times the partitioner call of ours and of PyTorch's alike."""
+    from benchmarks.deep import partitioner_seconds
+    from recompute_pass import recompute_backend
+    from recompute_pass import torch_internals as ti
+
+    case = model_cases(layers=1, dim=32, seq=16)["mlp"]
+    for backend in ("inductor", recompute_backend):
+        torch.compiler.reset()
+        torch.manual_seed(0)
+        model = case.build()
+        with ti.inductor_config.patch(force_disable_caches=True), partitioner_seconds() as spent:
+            torch.compile(model, backend=backend)(*case.inputs(2)).backward()
+        assert len(spent) == 1 and spent[0] > 0, spent
