@@ -19,7 +19,6 @@ import argparse
 import contextlib
 import functools
 import json
-import shlex
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -31,7 +30,7 @@ from torch import nn
 
 from benchmarks import hf_models
 from benchmarks.checkpoint_flops import checkpoint_blocks
-from benchmarks.finetune import build, grad_error, measure
+from benchmarks.finetune import add_shape_arguments, build, grad_error, measure, save_rows, token_inputs
 from recompute_pass import partitioner, recompute_backend
 from recompute_pass import torch_internals as ti
 
@@ -64,9 +63,7 @@ def partitioner_seconds() -> Iterator[list[float]]:
 
 def run_model(name: str, args: argparse.Namespace) -> list[dict[str, object]]:
     sizes = dict(layers=args.layers, dim=args.dim, seq=args.seq, vocab=args.vocab)
-    torch.manual_seed(1)
-    size = (args.batch, args.seq)
-    inputs = (torch.randint(0, args.vocab, size), torch.randint(0, args.vocab, size))
+    inputs = token_inputs(args)
     rows: list[dict[str, object]] = []
 
     def record(system: str, budget: float | None, step_of: Callable[[nn.Module], Callable]) -> None:
@@ -136,20 +133,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", default=list(MODELS))
     parser.add_argument("--budgets", nargs="+", type=float, default=[1.0, 0.75, 0.5, 0.25, 0.0])
-    parser.add_argument("--layers", type=int, default=12)
-    parser.add_argument("--dim", type=int, default=128)
-    parser.add_argument("--seq", type=int, default=512)
-    parser.add_argument("--batch", type=int, default=2)
-    parser.add_argument("--vocab", type=int, default=512)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/deep"))
+    add_shape_arguments(parser, layers=12, seq=512, out=Path("benchmarks/results/deep"))
     args = parser.parse_args(argv)
     if not hf_models.available():
         parser.error("needs transformers (the bench extra)")
     rows = [row for name in args.models for row in run_model(name, args)]
-    args.out.mkdir(parents=True, exist_ok=True)
-    command = "python -m benchmarks.deep " + shlex.join(argv if argv is not None else sys.argv[1:])
-    meta = {"command": command, "torch": torch.__version__, "threads": torch.get_num_threads()}
-    (args.out / "deep.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    save_rows(args.out, "benchmarks.deep", argv, rows)
     print(table(rows))
     return 0
 

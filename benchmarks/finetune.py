@@ -80,11 +80,35 @@ def grad_error(grads: dict[str, torch.Tensor], eager: dict[str, torch.Tensor]) -
     return max((float((grads[n] - g).abs().max()) for n, g in eager.items()), default=0.0)
 
 
-def run_model(name: str, args: argparse.Namespace) -> list[dict[str, object]]:
-    sizes = dict(layers=args.layers, dim=args.dim, seq=args.seq, vocab=args.vocab)
+def token_inputs(args: argparse.Namespace) -> tuple[torch.Tensor, torch.Tensor]:
+    """The benchmark's ``(tokens, targets)`` at ``--batch`` x ``--seq``, the same in every run."""
     torch.manual_seed(1)
     size = (args.batch, args.seq)
-    inputs = (torch.randint(0, args.vocab, size), torch.randint(0, args.vocab, size))
+    return torch.randint(0, args.vocab, size), torch.randint(0, args.vocab, size)
+
+
+def add_shape_arguments(parser: argparse.ArgumentParser, *, layers: int, seq: int, out: Path) -> None:
+    """The model-shape options (and ``--out``) the HF-model benchmarks share."""
+    parser.add_argument("--layers", type=int, default=layers)
+    parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--seq", type=int, default=seq)
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--vocab", type=int, default=512)
+    parser.add_argument("--out", type=Path, default=out)
+
+
+def save_rows(out: Path, module: str, argv: Sequence[str] | None, rows: list[dict[str, object]]) -> None:
+    """``<out>/<name>.json``: the rows, and the command and torch that measured them."""
+    out.mkdir(parents=True, exist_ok=True)
+    command = f"python -m {module} " + shlex.join(argv if argv is not None else sys.argv[1:])
+    meta = {"command": command, "torch": torch.__version__, "threads": torch.get_num_threads()}
+    name = module.rsplit(".", 1)[-1]
+    (out / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+
+
+def run_model(name: str, args: argparse.Namespace) -> list[dict[str, object]]:
+    sizes = dict(layers=args.layers, dim=args.dim, seq=args.seq, vocab=args.vocab)
+    inputs = token_inputs(args)
     rows: list[dict[str, object]] = []
 
     def record(
@@ -147,20 +171,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=list(MODELS))
     parser.add_argument("--budgets", nargs="+", type=float, default=[1.0, 0.5, 0.0])
     parser.add_argument("--paths", nargs="+", choices=("inductor", "graphs"), default=["inductor", "graphs"])
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--dim", type=int, default=128)
-    parser.add_argument("--seq", type=int, default=128)
-    parser.add_argument("--batch", type=int, default=2)
-    parser.add_argument("--vocab", type=int, default=512)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/finetune"))
+    add_shape_arguments(parser, layers=2, seq=128, out=Path("benchmarks/results/finetune"))
     args = parser.parse_args(argv)
     if not hf_models.peft_available():
         parser.error("needs transformers and peft (the bench extra)")
     rows = [row for name in args.models for row in run_model(name, args)]
-    args.out.mkdir(parents=True, exist_ok=True)
-    command = "python -m benchmarks.finetune " + shlex.join(argv if argv is not None else sys.argv[1:])
-    meta = {"command": command, "torch": torch.__version__, "threads": torch.get_num_threads()}
-    (args.out / "finetune.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    save_rows(args.out, "benchmarks.finetune", argv, rows)
     print(table(rows))
     return 0
 
