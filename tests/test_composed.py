@@ -20,7 +20,7 @@ from recompute_pass.memory import composed, inductor_memory
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.partitioner import partition
 from tests.harness import assert_same_step, compiled_step_peak, run_step
-from tests.joint_graphs import capture_joints
+from tests.joint_graphs import CapturedJoint, capture_joints
 
 pytest.importorskip("transformers")
 
@@ -53,10 +53,15 @@ def _tokens() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @functools.cache
-def _joint(name: str) -> JointGraph:
+def _captured(name: str) -> CapturedJoint:
     model = {"llama": _llama, "gpt2": _gpt2}[name]()
     (captured,) = capture_joints(model, _tokens())
-    return captured.analyzed()
+    return captured
+
+
+@functools.cache
+def _joint(name: str) -> JointGraph:
+    return _captured(name).analyzed()
 
 
 @pytest.mark.parametrize("name", ["llama", "gpt2"])
@@ -94,12 +99,9 @@ def test_digest_ignores_names_and_sees_shapes() -> None:
 
 def _partitioned(name: str, budget: float):
     joint = _joint(name)
-    module = joint.module
-    copy = torch.fx.GraphModule(module, torch.fx.Graph())
-    copy.graph.output(copy.graph.graph_copy(module.graph, {}))
     options = RecomputeOptions(memory_budget=budget, fallback=False)
     forward, backward, report = partition(
-        copy,
+        _captured(name).copy(),
         num_fwd_outputs=joint.num_fwd_outputs,
         static_lifetime_input_indices=[],
         options=options,

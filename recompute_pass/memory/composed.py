@@ -229,8 +229,12 @@ class PieceLowerings:
 
     repeated: blocks.Blocks
     plans: dict[tuple[object, ...], list[tuple[dict[str, object], GraphPlan]]] = field(default_factory=dict)
-    lowered: int = 0  # pieces lowered
     asked: int = 0  # pieces asked for
+
+    @property
+    def lowered(self) -> int:
+        """Pieces lowered: one per distinct key."""
+        return len(self.plans)
 
     def plan_graph(
         self,
@@ -264,7 +268,6 @@ class PieceLowerings:
             )
             self.asked += 1
             if key not in self.plans:
-                self.lowered += 1
                 self.plans[key] = plan_graph(
                     piece.module,
                     is_backward=True,

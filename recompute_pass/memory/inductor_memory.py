@@ -32,9 +32,8 @@ last use. ``tests/test_inductor_memory.py`` checks it against the allocator.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import sympy
 import torch
@@ -119,19 +118,9 @@ def plan_graph(
         return plans
 
 
-class GraphPlanner(Protocol):
-    """``plan_graph``, or what stands in for it (``composed.PieceLowerings.plan_graph``)."""
-
-    def __call__(
-        self,
-        graph: fx.GraphModule,
-        *,
-        is_backward: bool,
-        donated: Sequence[int] = (),
-        input_strides: dict[str, tuple[sympy.Expr, ...]] | None = None,
-        patches: dict[str, object] | None = None,
-        without_reuse: bool = False,
-    ) -> list[tuple[dict[str, object], GraphPlan]]: ...
+# ``plan_graph``, or what stands in for it with the same keywords
+# (``composed.PieceLowerings.plan_graph``).
+GraphPlanner = Callable[..., list[tuple[dict[str, object], GraphPlan]]]
 
 
 def predict_peak(
