@@ -138,7 +138,7 @@ __all__ = [
     "get_freeable_input_buf",
     "inductor_config",
     "inductor_ir",
-    "inductor_schedule",
+    "inductor_lowering",
     "inductor_size_hint",
     "input_dim_of",
     "shape_env_hints",
@@ -375,13 +375,19 @@ def default_store() -> torch.distributed.Store:
 CPP_MAX_KERNEL_GROUP_ARGS = CppScheduling.MAX_FUSED_KERNEL_ARGS_NUM
 
 
+# Inductor config read by its scheduler alone (torch 2.13: ``Scheduler`` and the fusion
+# choices it asks for), never while lowering: plans that differ only here share one lowering.
+SCHEDULER_CONFIG = frozenset({"reorder_for_peak_memory", "score_fusion_memory_threshold"})
+
+
 @contextlib.contextmanager
-def inductor_schedule(
+def inductor_lowering(
     gm: fx.GraphModule, *, is_backward: bool, donated: Sequence[int], patches: dict[str, object] | None = None
-) -> Iterator[tuple[GraphLowering, Scheduler]]:
-    """``gm`` lowered and scheduled as Inductor's compile would (``fx_codegen_and_compile``
-    in torch 2.13), stopping before code generation: fake-tensor propagation from the
-    placeholders' values, post-grad passes, lowering, and the scheduler (fusion, order).
+) -> Iterator[tuple[GraphLowering, Callable[[dict[str, object]], Scheduler]]]:
+    """``gm`` lowered as Inductor's compile would (``fx_codegen_and_compile`` in torch
+    2.13), stopping before code generation: fake-tensor propagation from the placeholders'
+    values, post-grad passes and lowering; with a function that schedules the lowering
+    (fusion, order) under more config, of ``SCHEDULER_CONFIG`` keys only, as often as asked.
 
     ``gm`` is modified: pass a copy. ``donated``: backward input positions whose storage
     the graph may reuse (AOTAutograd's ``bw_donated_idxs``). ``patches``: Inductor config
@@ -416,9 +422,15 @@ def inductor_schedule(
                 with V.set_graph_handler(lowering), V.set_extern_kernel_nodes([]):
                     lowering.run(*inputs)
                     lowering.init_wrapper_code()
-                    scheduler = Scheduler(lowering.operations)
-                    lowering.scheduler = scheduler
-                    yield lowering, scheduler
+
+                    def schedule(scheduling: dict[str, object]) -> Scheduler:
+                        if not scheduling.keys() <= SCHEDULER_CONFIG:
+                            raise ValueError(f"not scheduler-only config: {sorted(scheduling)}")
+                        with inductor_config.patch(scheduling):
+                            lowering.scheduler = Scheduler(lowering.operations)
+                        return lowering.scheduler
+
+                    yield lowering, schedule
     finally:
         fake_mode.allow_non_fake_inputs = allowed
 

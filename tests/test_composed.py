@@ -136,7 +136,6 @@ def test_compiled_deep_llama_predicted_and_gradients_equal_eager() -> None:
     assert_same_step(run_step(_llama(), _tokens(), backend=backend), run_step(_llama(), _tokens()))
 
 
-
 def _tied_sum_graph(dtype: torch.dtype) -> torch.fx.GraphModule:
     """The shape of a tied weight's gradient: an ``mm`` at the start (outside the blocks),
     a chain through four blocks, and the sum of the two gradients at the end."""
@@ -168,8 +167,8 @@ def test_a_product_inductor_fuses_into_a_later_sum_is_lowered_beside_it() -> Non
     for dtype, beside in ((torch.float32, True), (torch.float64, False)):
         pieces = composed.split(_tied_sum_graph(dtype), "L['self'].layers")
         assert len(pieces) >= 4
-        (home,) = [p for p in pieces if torch.ops.aten.add.Tensor in {n.target for n in p.module.graph.nodes}]
-        assert (torch.ops.aten.mm.default in {n.target for n in home.module.graph.nodes}) is beside
+        (home,) = [p for p in pieces if torch.ops.aten.add.Tensor in {n.target for n in p.graph.nodes}]
+        assert (torch.ops.aten.mm.default in {n.target for n in home.graph.nodes}) is beside
         assert ("a" in home.inputs) is beside
 
 
@@ -194,3 +193,30 @@ def test_a_composition_far_from_the_whole_graph_is_refused(monkeypatch, caplog) 
         forward, backward, num_user_outputs=joint.num_fwd_outputs, hints=planned_hints(forward.graph, {})
     )
     assert report.predicted_peak_bytes == whole.peak_bytes < 10**9
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_scheduler_variants_sharing_a_lowering_plan_as_separate_lowerings(name) -> None:
+    """The backward's config variants differ in the scheduler's config alone, so one
+    lowering serves them all: each variant's plan equals its own lowering's."""
+    _, backward, _, _ = _partitioned(name, 0.0)
+    ours = {
+        "reorder_for_peak_memory": False,
+        "score_fusion_memory_threshold": inductor_memory.NO_HORIZONTAL_FUSION,
+    }
+    with torch._inductor.config.patch(reorder_for_peak_memory=True, score_fusion_memory_threshold=10):
+        shared = inductor_memory.plan_graph(
+            backward, is_backward=True, variants=({}, ours), without_reuse=True
+        )
+        separate = [
+            plan
+            for variant in ({}, ours)
+            for plan in inductor_memory.plan_graph(
+                backward, is_backward=True, variants=(variant,), without_reuse=True
+            )
+        ]
+    assert len(shared) == 4
+    assert [config for config, _ in shared] == [config for config, _ in separate]
+    assert [plan for _, plan in shared] == [plan for _, plan in separate]
+    # The variants are not alike: the test would pass vacuously otherwise.
+    assert shared[0][1].events != shared[2][1].events

@@ -39,11 +39,17 @@ class Piece:
     """A run of one block's nodes as a graph of its own: placeholders ``in0``, ``in1``, ...
     stand for ``inputs`` (the outer graph's names), the output tuple for ``outputs``."""
 
-    module: fx.GraphModule
+    graph: fx.Graph
+    root: fx.GraphModule  # what get_attr nodes read
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     last_used: frozenset[str]  # inputs whose last use in the outer graph is here
     digest: str
+
+    def module(self) -> fx.GraphModule:
+        """The piece to lower, made only when it is: a module's code generation costs as
+        much as its lowering's bookkeeping, and most pieces are alike ones lowered before."""
+        return fx.GraphModule(self.root, self.graph)
 
 
 def split(graph: fx.GraphModule, container: str) -> list[Piece]:
@@ -196,9 +202,9 @@ def _piece(
 
     live_out = [n for n in nodes if read_later(n)]
     graph.output(tuple(env[n] for n in live_out))
-    module = fx.GraphModule(root, graph)  # the root: what get_attr nodes read
     return Piece(
-        module=module,
+        graph=graph,
+        root=root,
         inputs=tuple(n.name for n in inputs),
         outputs=tuple(n.name for n in live_out),
         last_used=frozenset(n.name for n in inputs if last_piece[n] == index),
@@ -243,7 +249,7 @@ class PieceLowerings:
         is_backward: bool,
         donated: Sequence[int] = (),
         input_strides: dict[str, tuple[sympy.Expr, ...]] | None = None,
-        patches: dict[str, object] | None = None,
+        variants: Sequence[dict[str, object]] = ({},),
         without_reuse: bool = False,
     ) -> list[tuple[dict[str, object], GraphPlan]]:
         """``inductor_memory.plan_graph``'s answer, composed from the pieces' plans."""
@@ -263,17 +269,17 @@ class PieceLowerings:
                 piece.digest,
                 piece_donated,
                 tuple(str(s) for s in given.values()),
-                tuple(sorted((patches or {}).items())),
+                tuple(tuple(sorted(variant.items())) for variant in variants),
                 without_reuse,
             )
             self.asked += 1
             if key not in self.plans:
                 self.plans[key] = plan_graph(
-                    piece.module,
+                    piece.module(),
                     is_backward=True,
                     donated=piece_donated,
                     input_strides={k: v for k, v in given.items() if v is not None},
-                    patches=patches,
+                    variants=variants,
                     without_reuse=without_reuse,
                 )
             for config, plan in self.plans[key]:
@@ -311,8 +317,10 @@ def _renamed(plan: GraphPlan, piece: Piece, number: int) -> list[Event]:
 
     events = []
     for event in plan.events:
-        if event.kind == "free" and event.name in inputs and (
-            inputs[event.name] not in piece.last_used or event.name in viewed
+        if (
+            event.kind == "free"
+            and event.name in inputs
+            and (inputs[event.name] not in piece.last_used or event.name in viewed)
         ):
             continue  # a later piece reads it still
         other = outer(event.other) if event.other else ""

@@ -20,7 +20,7 @@ on the benchmark zoo. What decides its memory, all of it in Inductor's own passe
 - kernels' own temporaries (``cost_model.workspace_bytes``).
 
 So this model asks Inductor: each graph goes through Inductor's compile up to its
-scheduler (``torch_internals.inductor_schedule``: no code is generated, so it costs the
+scheduler (``torch_internals.inductor_lowering``: no code is generated, so it costs the
 lowering, about a second per graph of the zoo's 2-layer models on 2 CPU cores), and
 ``_WrapperPlan`` replays the memory planning of torch 2.13's Python wrapper
 (``PythonWrapperCodegen``: ``AllocateLine``, ``FreeIfNotReusedLine``,
@@ -80,15 +80,55 @@ def plan_graph(
     is_backward: bool,
     donated: Sequence[int] = (),
     input_strides: dict[str, tuple[sympy.Expr, ...]] | None = None,
-    patches: dict[str, object] | None = None,
+    variants: Sequence[dict[str, object]] = ({},),
     without_reuse: bool = False,
 ) -> list[tuple[dict[str, object], GraphPlan]]:
-    """Inductor's memory events for ``graph`` (left unchanged) under ``patches``, and
-    (``without_reuse``, where the config reuses buffers) also with Inductor's buffer reuse
-    off, from the same lowering: the reuse is decided in the wrapper, after scheduling.
-    Each plan comes with the config it assumes. ``input_strides``: the strides
-    placeholders really have (the compiled forward's output strides)."""
-    copy = _copy(graph)
+    """Inductor's memory events for ``graph`` (left unchanged) under each of ``variants``
+    (config patches), and (``without_reuse``, where the config reuses buffers) each also
+    with Inductor's buffer reuse off: the reuse is decided in the wrapper, after
+    scheduling. Variants that differ only in the scheduler's config share one lowering.
+    Each plan comes with the config it assumes, in the order of ``variants``.
+    ``input_strides``: the strides placeholders really have (the compiled forward's
+    output strides)."""
+    lowerings: dict[tuple[tuple[str, object], ...], list[dict[str, object]]] = {}
+    for variant in variants:
+        lowered = tuple(sorted((k, v) for k, v in variant.items() if k not in ti.SCHEDULER_CONFIG))
+        lowerings.setdefault(lowered, []).append(variant)
+    plans: dict[int, list[tuple[dict[str, object], GraphPlan]]] = {}
+    for lowered, scheduled in lowerings.items():
+        copy = _with_input_strides(_copy(graph), input_strides or {})
+        order = {node: i for i, node in enumerate(copy.graph.nodes)}
+        lowering_of = ti.inductor_lowering(
+            copy, is_backward=is_backward, donated=donated, patches=dict(lowered)
+        )
+        with lowering_of as (lowering, schedule):
+            inputs = tuple(lowering.graph_inputs)
+            outputs = tuple(_storage_name(out) for out in lowering.graph_outputs)
+            strides = tuple(_strides(out) for out in lowering.graph_outputs)
+            for variant in scheduled:
+                scheduler = schedule({k: v for k, v in variant.items() if k in ti.SCHEDULER_CONFIG})
+                configs = [(dict(variant), bool(ti.inductor_config.allow_buffer_reuse))]
+                if without_reuse and configs[0][1]:
+                    configs.append(({**variant, "allow_buffer_reuse": False}, False))
+                plans[id(variant)] = [
+                    (
+                        config,
+                        GraphPlan(
+                            tuple(_WrapperPlan(lowering, scheduler, order, reuse=reuse).run()),
+                            inputs,
+                            outputs,
+                            strides,
+                        ),
+                    )
+                    for config, reuse in configs
+                ]
+    return [plan for variant in variants for plan in plans[id(variant)]]
+
+
+def _with_input_strides(
+    copy: fx.GraphModule, input_strides: dict[str, tuple[sympy.Expr, ...]]
+) -> fx.GraphModule:
+    """``copy``'s placeholders with the strides they really have, as fake tensors."""
     fake_mode = ti.detect_fake_mode([n.meta.get("val") for n in copy.graph.find_nodes(op="placeholder")])
     for node in copy.graph.find_nodes(op="placeholder"):
         val = node.meta.get("val")
@@ -96,26 +136,12 @@ def plan_graph(
             continue
         if not ti.is_fake_tensor(val):  # a generator state tensor
             val = fake_mode.from_tensor(val)
-        stride = (input_strides or {}).get(node.name)
+        stride = input_strides.get(node.name)
         if stride is not None and not _same_strides(val.stride(), stride):
             with fake_mode:
                 val = val.as_strided(val.size(), [ti.symint_of(fake_mode.shape_env, s) for s in stride])
         node.meta = {**node.meta, "val": val}  # the copy's meta, not the caller's
-    order = {node: i for i, node in enumerate(copy.graph.nodes)}
-    patches = dict(patches or {})
-    schedule = ti.inductor_schedule(copy, is_backward=is_backward, donated=donated, patches=patches)
-    with schedule as (lowering, scheduler):
-        variants = [(patches, bool(ti.inductor_config.allow_buffer_reuse))]
-        if without_reuse and variants[0][1]:
-            variants.append(({**patches, "allow_buffer_reuse": False}, False))
-        inputs = tuple(lowering.graph_inputs)
-        outputs = tuple(_storage_name(out) for out in lowering.graph_outputs)
-        strides = tuple(_strides(out) for out in lowering.graph_outputs)
-        plans = []
-        for config, reuse in variants:
-            events = tuple(_WrapperPlan(lowering, scheduler, order, reuse=reuse).run())
-            plans.append((config, GraphPlan(events, inputs, outputs, strides)))
-        return plans
+    return copy
 
 
 # ``plan_graph``, or what stands in for it with the same keywords
@@ -178,21 +204,20 @@ def _predict_peak(
         if name is not None and stride is not None
     }
     best = None
-    for patches in _backward_variants():
-        planned = planner(
-            backward,
-            is_backward=True,
-            donated=donated,
-            input_strides=strides,
-            patches=patches,
-            without_reuse=True,
-        )
-        for config, bwd in planned:
-            run = memory.copy()
-            run.replay(bwd.events, "backward")
-            estimate = dataclasses.replace(run.estimate(), compile_patches=tuple(sorted(config.items())))
-            if best is None or estimate.peak_bytes < best.peak_bytes:
-                best = estimate
+    planned = planner(
+        backward,
+        is_backward=True,
+        donated=donated,
+        input_strides=strides,
+        variants=_backward_variants(),
+        without_reuse=True,
+    )
+    for config, bwd in planned:
+        run = memory.copy()
+        run.replay(bwd.events, "backward")
+        estimate = dataclasses.replace(run.estimate(), compile_patches=tuple(sorted(config.items())))
+        if best is None or estimate.peak_bytes < best.peak_bytes:
+            best = estimate
     assert best is not None
     return best
 
@@ -213,7 +238,8 @@ def _backward_variants() -> list[dict[str, object]]:
 
     Measured on the zoo at budget 0: nanoGPT at 432 tokens 114 MiB with both, 95 MiB
     without; Llama at 1040 tokens 95 MiB without the reordering alone, 84 MiB without both.
-    One variant, not one per heuristic: each costs an Inductor lowering per checked plan.
+    One variant, not one per heuristic: each costs a scheduling of the lowering (both
+    heuristics are the scheduler's, so the variants share the lowering itself).
     """
     ours = {"reorder_for_peak_memory": False, "score_fusion_memory_threshold": NO_HORIZONTAL_FUSION}
     changed = {key: value for key, value in ours.items() if getattr(ti.inductor_config, key) != value}
