@@ -1,16 +1,19 @@
 """Deep models: partitioner and compile time, peak and step time at depth.
 
     python -m benchmarks.deep [--models hf_llama hf_gpt2] [--layers 12] [--budgets 1 0.75 0.5 0.25 0]
-        [--dim 128] [--seq 512] [--batch 2] [--vocab 512] [--out benchmarks/results/deep]
+        [--torch-budgets 0.5] [--dim 128] [--seq 512] [--batch 2] [--vocab 512]
+        [--out benchmarks/results/deep]
 
 Per model (built from configs, full training, dropout off so every system compares with
-eager): ``torch.compile`` (PyTorch's min-cut partitioner), ``torch.utils.checkpoint`` on
-every block (eager), and ours through Inductor at each budget. Per system: the seconds
-spent inside the partitioner (measured around each partitioner call, ours and PyTorch's
-alike), the first step (compile included), the measured peak of the step after it (the
-one definition: profiler allocation events on CPU), our predicted peak, the next step's
-time, and the largest gradient difference from eager. Caches are off, so every compile
-partitions. Results: ``<out>/deep.json`` and a table on stdout; progress on stderr.
+eager): ``torch.compile`` (PyTorch's min-cut partitioner), ``torch.compile`` under
+PyTorch's budget partitioner (``activation_memory_budget``, at each ``--torch-budgets``),
+``torch.utils.checkpoint`` on every block (eager), and ours through Inductor at each
+budget. Per system: the seconds spent inside the partitioner (measured around each
+partitioner call, ours and PyTorch's alike), the first step (compile included), the
+measured peak of the step after it (the one definition: profiler allocation events on
+CPU), our predicted peak, the next step's time, and the largest gradient difference from
+eager. Caches are off, so every compile partitions. Results: ``<out>/deep.json`` and a
+table on stdout; progress on stderr.
 """
 
 from __future__ import annotations
@@ -66,13 +69,23 @@ def run_model(name: str, args: argparse.Namespace) -> list[dict[str, object]]:
     inputs = token_inputs(args)
     rows: list[dict[str, object]] = []
 
-    def record(system: str, budget: float | None, step_of: Callable[[nn.Module], Callable]) -> None:
+    def record(
+        system: str,
+        budget: float | None,
+        step_of: Callable[[nn.Module], Callable],
+        config: contextlib.AbstractContextManager[object] | None = None,
+    ) -> None:
+        """``config``: held while the model compiles and runs (PyTorch's budget)."""
         model, blocks = build(name, **sizes)
         if system == "checkpoint":
             checkpoint_blocks(blocks)
         torch.compiler.reset()
         start = time.perf_counter()
-        with ti.inductor_config.patch(force_disable_caches=True), partitioner_seconds() as spent:
+        with (
+            ti.inductor_config.patch(force_disable_caches=True),
+            config or contextlib.nullcontext(),
+            partitioner_seconds() as spent,
+        ):
             step = step_of(model)
             peak, grads, reports = measure(model, inputs, step)
             first_and_measured = time.perf_counter() - start
@@ -103,6 +116,9 @@ def run_model(name: str, args: argparse.Namespace) -> list[dict[str, object]]:
     model, _ = build(name, **sizes)
     _, eager, _ = measure(model, inputs, model)
     record("compile", None, lambda m: torch.compile(m))
+    for budget in args.torch_budgets:  # PyTorch's own budget partitioner (its knapsack over saved bytes)
+        patch = ti.functorch_config.patch(activation_memory_budget=budget)
+        record("compile_budget", budget, lambda m: torch.compile(m), patch)
     record("checkpoint", None, lambda m: m)
     for budget in args.budgets:
         options = recompute_backend.with_options(memory_budget=budget, fallback=False)
@@ -111,20 +127,30 @@ def run_model(name: str, args: argparse.Namespace) -> list[dict[str, object]]:
 
 
 def table(rows: Sequence[dict[str, object]]) -> str:
+    """One row per system; partitioner and first-step seconds also as ratios to
+    ``torch.compile``'s in the same run (same model and depth)."""
     lines = [
-        "| model | layers | system | budget | partitioner s | first 2 steps s | step s | measured peak (B) "
-        "| predicted (B) | error | recompute GFLOP | max grad diff |",
-        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| model | layers | system | budget | partitioner s | x compile | first 2 steps s | x compile "
+        "| step s | measured peak (B) | predicted (B) | error | recompute GFLOP | max grad diff |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    baseline = {(r["model"], r["layers"]): r for r in rows if r["system"] == "compile"}
     for r in rows:
+        base = baseline.get((r["model"], r["layers"]))
         error = "" if r["error"] is None else f"{r['error']:+.2%}"
         predicted = "" if r["predicted_peak"] is None else f"{r['predicted_peak']:,}"
         budget = "" if r["budget"] is None else f"{r['budget']:g}"
         flops = "" if r["recompute_flops"] is None else f"{r['recompute_flops'] / 1e9:.2f}"
+        ratios = [
+            f"{r[key] / base[key]:.2f}"
+            if base is not None and base[key] and r["system"] != "checkpoint"
+            else ""
+            for key in ("partitioner_s", "first_steps_s")
+        ]
         lines.append(
             f"| {r['model']} | {r['layers']} | {r['system']} | {budget} | {r['partitioner_s']:.1f}"
-            f" | {r['first_steps_s']:.1f} | {r['step_s']:.2f} | {r['measured_peak']:,} | {predicted}"
-            f" | {error} | {flops} | {r['grad_error']:.1e} |"
+            f" | {ratios[0]} | {r['first_steps_s']:.1f} | {ratios[1]} | {r['step_s']:.2f}"
+            f" | {r['measured_peak']:,} | {predicted} | {error} | {flops} | {r['grad_error']:.1e} |"
         )
     return "\n".join(lines)
 
@@ -133,6 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", default=list(MODELS))
     parser.add_argument("--budgets", nargs="+", type=float, default=[1.0, 0.75, 0.5, 0.25, 0.0])
+    parser.add_argument(
+        "--torch-budgets", nargs="*", type=float, default=[0.5], help="PyTorch's activation_memory_budget"
+    )
     add_shape_arguments(parser, layers=12, seq=512, out=Path("benchmarks/results/deep"))
     args = parser.parse_args(argv)
     if not hf_models.available():

@@ -25,6 +25,7 @@ from recompute_pass.graph.costing import Costed, build_problem, measure, resolve
 from recompute_pass.graph.joint_graph import RegionBudgetError, analyze, prepare
 from recompute_pass.graph.plan_sizes import planned_hints
 from recompute_pass.memory import composed, inductor_memory, liveness
+from recompute_pass.memory.audit import CompileAudit
 from recompute_pass.memory.liveness import PeakEstimate
 from recompute_pass.memory.plan_peak import JointSchedule
 from recompute_pass.offloading.peak import with_offload
@@ -33,7 +34,7 @@ from recompute_pass.offloading.schedule import for_order, windows
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.plan_sync import PlanSyncError, agree, agree_to_fail, partition_digest, rank_and_world
 from recompute_pass.report import PartitionReport, build_report, publish
-from recompute_pass.search.decide import Decision, decide
+from recompute_pass.search.decide import decide
 from recompute_pass.search.peak_budget import COMPOSED_CHECKS, checks_within
 from recompute_pass.search.peak_milp import PeakSolver
 from recompute_pass.solver.problem import Plan
@@ -133,16 +134,18 @@ def partition(
                 extracted,
             )
             decision = decide(costed.problem, options, scorer.on_graphs())
-    if planner is not None:  # the chosen plan's peak from its whole graph
-        decision = _validated(costed, decision, options, scorer, realized, planner)
     # Under a process group: every rank's plan is rank 0's (or was equal to it already).
     synced = agree(costed, decision, options)
     if planner is not None and synced.decision.plan != decision.plan:
         realized.pop(synced.decision.plan, None)  # a composed peak: lowered whole below
     decision = synced.decision
+    composed_peak = planner is not None and decision.plan in realized  # else lowered whole below
     if decision.plan not in realized:
         realized[decision.plan] = realize(costed, decision.plan, inductor=inductor, plan_sizes=sizes)
     result, peak = realized[decision.plan]
+    if composed_peak:
+        assert planner is not None
+        peak = _audited(result, peak, costed, options, planner)
     if peak.compile_patches:  # the config the predicted peak assumes, applied on every route
         result.backward.meta[ti.COMPILE_PATCHES] = dict(peak.compile_patches)
         ti.honour_compile_patches()
@@ -152,50 +155,22 @@ def partition(
     return result.forward, result.backward, report
 
 
-def _validated(
+def _audited(
+    result: Partition,
+    peak: PeakEstimate,
     costed: Costed,
-    decision: Decision,
     options: RecomputeOptions,
-    scorer: JointScorer | None,
-    realized: dict[Plan, tuple[Partition, PeakEstimate]],
     planner: composed.PieceLowerings,
-) -> Decision:
-    """The chosen plan's composed peak against one lowering of the whole graph, which is
-    what the report says and the cap is held to. Beyond ``COMPOSED_TOLERANCE`` the choice
-    is made again on whole-graph checks, as without composition. What composition misses
-    (``memory.composed``): Inductor's reuse pool holding a buffer across a piece boundary,
-    and its passes moving work across one. ``realized[decision.plan]`` then holds the
-    plan's graphs and the peak to report."""
-    plan = decision.plan
-    peak = realized[plan][1]
-    whole = realize(costed, plan, inductor=True, plan_sizes=options.plan_size_map())
-    error = peak.peak_bytes / max(1, whole[1].peak_bytes) - 1
+) -> PeakEstimate:
+    """A composed peak is checked on the real compile's own lowering (``memory.audit``)."""
     note = f"peaks composed from Inductor's plans of the graph's pieces ({planner.describe()})"
-    if abs(error) <= COMPOSED_TOLERANCE:
-        note += f"; the chosen plan's {error:+.2%} from its whole-graph lowering, which is reported"
-        realized[plan] = whole[0], dataclasses.replace(whole[1], note=_joined(whole[1].note, note))
-        return decision
-    log.warning(
-        "recompute_pass: the composed peak (%d B) is %+.1f%% from the whole graph's lowering (%d B); "
-        "choosing again on whole-graph checks",
-        peak.peak_bytes,
-        100 * error,
-        whole[1].peak_bytes,
-    )
-    realized.clear()
-    realized[plan] = whole
-    if scorer is not None:
-        fallback = scorer.whole_graph()
-        decision = decide(costed.problem, options, fallback)
-        fallback.realize(decision.plan)
-    result, peak = realized[decision.plan]
-    note += f"; {error:+.1%} from the whole graph's: chosen again on whole-graph checks"
-    realized[decision.plan] = result, dataclasses.replace(peak, note=_joined(peak.note, note))
-    return decision
-
-
-# How far the composed peak may be from the whole graph's lowering (issue 26: 1%).
-COMPOSED_TOLERANCE = 0.01
+    if options.plan_size_map():  # the compile lowers at the traced sizes, not the planned ones
+        return dataclasses.replace(peak, note=_joined(peak.note, note))
+    users = costed.joint.num_fwd_outputs
+    hints = planned_hints(result.forward.graph, {})
+    CompileAudit(result.forward, result.backward, users, hints, peak.peak_bytes).attach()
+    note += "; checked against the compiled graphs' own memory plan (logged when Inductor compiles them)"
+    return dataclasses.replace(peak, note=_joined(peak.note, note))
 
 
 def _joined(*notes: str) -> str:
@@ -287,11 +262,6 @@ class JointScorer:
         """The same scorer with exact peaks from the extracted graphs, for the counted checks."""
         checks = checks_within(self.time_limit, len(self.costed.joint.module.graph.nodes))
         return dataclasses.replace(self, walked=False, checks=checks)
-
-    def whole_graph(self) -> JointScorer:
-        """The same scorer with each check a lowering of the whole graph (no composition)."""
-        checks = checks_within(self.time_limit, len(self.costed.joint.module.graph.nodes))
-        return dataclasses.replace(self, walked=False, checks=checks, planner=None)
 
     def estimate(self, plan: Plan) -> int:
         costed = self.costed

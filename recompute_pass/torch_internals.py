@@ -9,7 +9,9 @@ disappears.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
+import unittest.mock
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -118,6 +120,7 @@ __all__ = [
     "observe_autograd_cache",
     "trace_artifact",
     "COMPILE_PATCHES",
+    "ON_SCHEDULED",
     "compute_size_for_scheduler_buffer",
     "decide_layout_opt",
     "default_partition",
@@ -375,6 +378,9 @@ def default_store() -> torch.distributed.Store:
 CPP_MAX_KERNEL_GROUP_ARGS = CppScheduling.MAX_FUSED_KERNEL_ARGS_NUM
 
 
+log = logging.getLogger(__name__)
+
+
 # Inductor config read by its scheduler alone (torch 2.13: ``Scheduler`` and the fusion
 # choices it asks for), never while lowering: plans that differ only here share one lowering.
 SCHEDULER_CONFIG = frozenset({"reorder_for_peak_memory", "score_fusion_memory_threshold"})
@@ -446,18 +452,47 @@ COMPILE_PATCHES = "recompute_pass.inductor_patches"
 compile_graph_inner = inductor_compile_fx._compile_fx_inner
 
 
+# ``gm.meta`` key: a function the real compile calls with its ``GraphLowering`` and
+# ``Scheduler`` once it has scheduled the graph, before code generation (the partitioner
+# reads the compile's own memory plan there, ``memory.audit``).
+ON_SCHEDULED = "recompute_pass.on_scheduled"
+
+
 def _compile_graph_under_its_patches(
     gm: fx.GraphModule, example_inputs: Sequence[object], *args: Any, **kwargs: Any
 ) -> Any:
-    with inductor_config.patch(dict(gm.meta.get(COMPILE_PATCHES, {}))):
+    observed = _scheduled_observed(gm.meta.get(ON_SCHEDULED))
+    with inductor_config.patch(dict(gm.meta.get(COMPILE_PATCHES, {}))), observed:
         return compile_graph_inner(gm, example_inputs, *args, **kwargs)
+
+
+@contextlib.contextmanager
+def _scheduled_observed(observer: Callable[[GraphLowering, Scheduler], None] | None) -> Iterator[None]:
+    """While the block runs, ``observer`` sees each graph Inductor schedules for code
+    generation (``GraphLowering._update_scheduler`` in torch 2.13). An observer's error is
+    logged, never raised: it must not fail the compile."""
+    if observer is None:
+        yield
+        return
+    update = GraphLowering._update_scheduler
+
+    def observed(lowering: GraphLowering) -> None:
+        update(lowering)
+        try:
+            observer(lowering, lowering.scheduler)
+        except Exception:
+            log.warning("recompute_pass: reading the compiled graph's memory plan failed", exc_info=True)
+
+    with unittest.mock.patch.object(GraphLowering, "_update_scheduler", observed):
+        yield
 
 
 def honour_compile_patches() -> None:
     """From now on, every graph Inductor compiles does so under the config its
-    ``COMPILE_PATCHES`` asks for (a no-op for graphs without it), on every route that
-    reaches Inductor's ``compile_fx_inner``: our backends, ``custom_partitioner_fn`` set by
-    hand, trainers calling ``torch.compile(model)``. Idempotent."""
+    ``COMPILE_PATCHES`` asks for, and is shown to its ``ON_SCHEDULED`` observer (no-ops
+    for graphs without them), on every route that reaches Inductor's ``compile_fx_inner``:
+    our backends, ``custom_partitioner_fn`` set by hand, trainers calling
+    ``torch.compile(model)``. Idempotent."""
     if inductor_compile_fx._compile_fx_inner is not _compile_graph_under_its_patches:
         inductor_compile_fx._compile_fx_inner = _compile_graph_under_its_patches
 

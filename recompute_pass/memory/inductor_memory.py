@@ -125,6 +125,18 @@ def plan_graph(
     return [plan for variant in variants for plan in plans[id(variant)]]
 
 
+def compiled_plan(lowering: object, scheduler: object) -> GraphPlan:
+    """The memory events of a graph Inductor's real compile has just scheduled, under the
+    config it runs with: what ``plan_graph`` predicts, read off the compile itself."""
+    graph = lowering.graph  # type: ignore[attr-defined]
+    order = {node: i for i, node in enumerate(graph.nodes)}
+    reuse = bool(ti.inductor_config.allow_buffer_reuse)
+    events = tuple(_WrapperPlan(lowering, scheduler, order, reuse=reuse).run())
+    outputs = tuple(_storage_name(out) for out in lowering.graph_outputs)  # type: ignore[attr-defined]
+    strides = tuple(_strides(out) for out in lowering.graph_outputs)  # type: ignore[attr-defined]
+    return GraphPlan(events, tuple(lowering.graph_inputs), outputs, strides)  # type: ignore[attr-defined]
+
+
 def _with_input_strides(
     copy: fx.GraphModule, input_strides: dict[str, tuple[sympy.Expr, ...]]
 ) -> fx.GraphModule:
