@@ -121,6 +121,7 @@ __all__ = [
     "trace_artifact",
     "COMPILE_PATCHES",
     "ON_SCHEDULED",
+    "SCHEDULER_CONFIG",
     "compute_size_for_scheduler_buffer",
     "decide_layout_opt",
     "default_partition",

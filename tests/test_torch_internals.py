@@ -44,6 +44,8 @@ NOT_CALLABLE = {
     (cost_ti, "flop_registry"),
     (pass_ti, "CPP_MAX_KERNEL_GROUP_ARGS"),
     (pass_ti, "COMPILE_PATCHES"),
+    (pass_ti, "ON_SCHEDULED"),
+    (pass_ti, "SCHEDULER_CONFIG"),
     (pass_ti, "inductor_ir"),
 }
 
@@ -186,3 +188,11 @@ def test_the_autograd_cache_methods_we_watch_take_what_we_read() -> None:
     assert list(try_load.parameters)[:3] == ["mod", "args", "aot_config"]
     assert next(iter(inspect.signature(pass_ti._autograd_cache_lookup).parameters)) == "key"
     assert "cache_key" in {f.name for f in dataclasses.fields(AOTAutogradCacheInfo)}
+
+
+def test_the_compile_is_observed_where_it_schedules() -> None:
+    """``ON_SCHEDULED`` observers are called from Inductor's ``_update_scheduler`` (torch
+    2.13), and the scheduler-only settings are still Inductor settings."""
+    assert callable(pass_ti.GraphLowering._update_scheduler)
+    for key in pass_ti.SCHEDULER_CONFIG:
+        assert hasattr(pass_ti.inductor_config, key), key

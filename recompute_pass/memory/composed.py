@@ -12,13 +12,14 @@ the pieces' memory events are strung together, renamed, into one plan of the gra
 
 Two things Inductor does across a boundary are mirrored: its ``addmm`` pattern (a product
 computed at the later sum it feeds, ``_fused_later``) and constructors computed in each
-kernel that reads them (``_inlined_values``). What is not: the reuse pool holding a buffer
-across a boundary (Inductor decides reuse against its own estimate of the graph's peak,
-here a piece's: up to 8% low on a 4-layer Llama), so a backward's composed plans are those
-with buffer reuse off, the config it is then compiled under; other fusion across a
-boundary, and the CPU's grouping of kernels across one. So the real compile's own memory
-plan is read when Inductor compiles the chosen plan, and a composition more than 1% from
-it is warned of (``audit``).
+kernel that reads them (``_inlined_values``). What is not, and so is kept out of the
+backward's composed plans, which the backward is then compiled under: the reuse pool
+holding a buffer across a boundary (Inductor decides reuse against its own estimate of the
+graph's peak, here a piece's: 8% low on a 4-layer Llama), and the scheduler's passes over
+the whole graph, ``reorder_for_peak_memory`` and horizontal fusion (9-12% low on a 12-layer
+GPT-2). Other fusion across a boundary and the CPU's grouping of kernels across one are
+not mirrored either, so the real compile's own memory plan is read when Inductor compiles
+the chosen plan, and a composition more than 1% from it is warned of (``audit``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from torch import fx
 
 from recompute_pass import torch_internals as ti
 from recompute_pass.graph import blocks
-from recompute_pass.memory.inductor_memory import Event, GraphPlan, plan_graph
+from recompute_pass.memory.inductor_memory import Event, GraphPlan, keeps_order, plan_graph
 
 
 @dataclass(frozen=True)
@@ -255,6 +256,8 @@ class PieceLowerings:
         without_reuse: bool = False,
     ) -> list[tuple[dict[str, object], GraphPlan]]:
         """``inductor_memory.plan_graph``'s answer, composed from the pieces' plans."""
+        if is_backward:  # only what composition can see: no pass across the whole graph
+            variants = [variant for variant in variants if keeps_order(variant)]
         placeholders = [n.name for n in graph.graph.find_nodes(op="placeholder")]
         # Backward inputs Inductor may write over; a forward's inputs it never frees.
         freeable = {placeholders[i] for i in donated} if is_backward else set()

@@ -253,9 +253,21 @@ def _backward_variants() -> list[dict[str, object]]:
     One variant, not one per heuristic: each costs a scheduling of the lowering (both
     heuristics are the scheduler's, so the variants share the lowering itself).
     """
-    ours = {"reorder_for_peak_memory": False, "score_fusion_memory_threshold": NO_HORIZONTAL_FUSION}
-    changed = {key: value for key, value in ours.items() if getattr(ti.inductor_config, key) != value}
+    changed = {key: value for key, value in IN_ORDER.items() if getattr(ti.inductor_config, key) != value}
     return [{}, changed] if changed else [{}]
+
+
+# The scheduler config under which Inductor keeps the partitioner's order (``_backward_variants``).
+IN_ORDER: dict[str, object] = {
+    "reorder_for_peak_memory": False,
+    "score_fusion_memory_threshold": NO_HORIZONTAL_FUSION,
+}
+
+
+def keeps_order(config: dict[str, object]) -> bool:
+    """Whether ``config`` (patches over Inductor's current config) keeps the partitioner's
+    order: no pass then moves work across the whole graph."""
+    return all(config.get(key, getattr(ti.inductor_config, key)) == value for key, value in IN_ORDER.items())
 
 
 class _WrapperPlan:
