@@ -31,7 +31,7 @@ from torch import fx
 
 from cost_model import MATRIX_KINDS, DeviceProfile, SizeHints, estimate_runtime, node_cost, tensor_bytes
 from recompute_pass import torch_internals as ti
-from recompute_pass.graph.costing import FUSIBLE
+from recompute_pass.graph.costing import fuses
 
 Partitioner = Callable[..., tuple[fx.GraphModule, fx.GraphModule]]
 
@@ -99,10 +99,8 @@ def graph_stats(
     backward_nodes = _call_nodes(backward)
     forward_names = {n.name for n in forward_nodes}
     # A replayed draw runs in backward as ``run_with_rng_state`` (a new name): recompute too.
-    recomputed = [
-        node_cost(n) for n in backward_nodes if n.name in forward_names or n.target is ti.run_with_rng_state
-    ]
-    concrete = [cost.evaluate(hints) for cost in recomputed]
+    recomputed = [n for n in backward_nodes if n.name in forward_names or n.target is ti.run_with_rng_state]
+    concrete = [node_cost(n).evaluate(hints) for n in recomputed]
     return PartitionStats(
         graphs=1,
         joint_nodes=joint_nodes,
@@ -113,7 +111,7 @@ def graph_stats(
         recompute_heavy_flops=sum(c.flops for c in concrete if c.kind in MATRIX_KINDS),
         recompute_ops=len(recomputed),
         recompute_seconds=sum(
-            estimate_runtime(cost, device, hints, fused=cost.kind in FUSIBLE) for cost in recomputed
+            estimate_runtime(node_cost(n), device, hints, fused=fuses(n)) for n in recomputed
         ),
         forward_flops=_flops(forward_nodes, hints),
         backward_flops=_flops(backward_nodes, SizeHints.from_graph(backward)),

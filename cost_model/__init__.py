@@ -27,7 +27,7 @@ partitioning. Every private torch name it uses comes through ``torch_internals``
 from .calibrate import calibrate
 from .device import PROFILES, DeviceProfile, get_profile
 from .hints import DEFAULT_UNBACKED_HINT, SizeHints
-from .kinds import MATRIX_KINDS, OpKind, classify
+from .kinds import MATRIX_KINDS, OpKind, classify, is_constructor
 from .measure import OpTimes, ProfilingStats, default_cache_dir, measure_op_times
 from .memory import tensor_bytes
 from .node_cost import ConcreteCost, NodeCost, node_cost
@@ -50,6 +50,7 @@ __all__ = [
     "default_cache_dir",
     "estimate_runtime",
     "get_profile",
+    "is_constructor",
     "measure_op_times",
     "node_cost",
     "tensor_bytes",

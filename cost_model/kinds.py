@@ -29,6 +29,7 @@ from .op_names import (
     ATTENTION_BWD_OPS,
     ATTENTION_OPS,
     COLLECTIVE_NAMESPACES,
+    CONSTRUCTOR_OPS,
     CONV_OPS,
     DATA_MOVEMENT_OPS,
     FRESH_RANDOM_OPS,
@@ -98,6 +99,17 @@ def _is_scalar_function(target: object) -> bool:
     """``operator.*``, ``math.*`` and ``torch.sym_*``: host-side scalar arithmetic."""
     module = getattr(target, "__module__", None)
     return module in ("_operator", "operator", "math") or base_name(target).startswith("sym_")
+
+
+def is_constructor(node: fx.Node) -> bool:
+    """A factory that reads no tensor (``CONSTRUCTOR_OPS``: ``full``, ``arange``, ``iota``...).
+    Classified DATA_MOVEMENT, as run alone; under Inductor it costs nothing of its own."""
+    return (
+        node.op == "call_function"
+        and is_op_overload(node.target)
+        and base_name(node.target) in CONSTRUCTOR_OPS
+        and not any(isinstance(n.meta.get("val"), torch.Tensor) for n in node.all_input_nodes)
+    )
 
 
 def classify(node: fx.Node) -> OpKind:

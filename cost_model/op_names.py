@@ -73,6 +73,9 @@ DATA_MOVEMENT_OPS = _names(
     empty_permuted new_empty new_empty_strided unfold_backward
     """
 )
+# Factories of their arguments alone: Inductor lowers them to index expressions, computed
+# inside each kernel that reads them, never a kernel or a buffer of their own.
+CONSTRUCTOR_OPS = _names("full zeros ones scalar_tensor arange iota")
 # Ops that allocate without writing: no kernel runs.
 ALLOC_ONLY_OPS = _names("empty empty_like empty_strided empty_permuted new_empty new_empty_strided")
 # Factories that take a tensor only as a template (shape/dtype/device): they read no data.

@@ -80,11 +80,11 @@ gradients: 512 of 13,248 static-input elements in 4 of 15 tensors (parameters, b
 note: peak search over 16 plans, 5 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
-      64,644         153 us
-      68,740         133 us
-      73,220         102 us
-      82,052        42.1 us
-      86,660        11.2 us
+      64,644         143 us
+      68,740         123 us
+      73,220        92.3 us
+      82,052        32.1 us
+      86,660        1.19 us
 saved activations:
   name                                                                   shape          dtype     bytes
   primals_1                                                              [2, 16, 32]    float32   4,096
@@ -144,15 +144,15 @@ saved: 65,664 B in 14 activations (+9 static inputs)
 recomputed: 26 ops, 24,832 FLOP, est. 49.7 ns
 predicted peak: 146,692 B (backward: mul#6; graph model)
 gradients: 12,704 of 12,960 static-input elements in 12 of 13 tensors (parameters, buffers)
-note: peak search over 17 plans, 6 checked
+note: peak search over 16 plans, 6 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
-     105,412        72.9 us
-     120,900        62.5 us
-     126,152        52.7 us
-     131,336        42.4 us
-     138,500        32.2 us
-     146,692        11.4 us
+     105,412        62.9 us
+     120,900        52.5 us
+     126,148        42.7 us
+     131,332        32.4 us
+     138,500        22.2 us
+     146,692        1.44 us
 saved activations:
   name                                     shape           dtype     bytes
   block.ln1/mul                            [2, 16, 32]     float32   4,096
@@ -193,15 +193,15 @@ saved: 43,968 B in 8 activations (+10 static inputs)
 recomputed: 65 ops, 268,672 FLOP, est. 51.5 us
 predicted peak: 120,900 B (backward: mul#6; graph model)
 gradients: 12,704 of 12,960 static-input elements in 12 of 13 tensors (parameters, buffers)
-note: peak search over 17 plans, 6 checked
+note: peak search over 16 plans, 6 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
-     105,412        72.9 us
-     120,900        62.5 us
-     126,152        52.7 us
-     131,336        42.4 us
-     138,500        32.2 us
-     146,692        11.4 us
+     105,412        62.9 us
+     120,900        52.5 us
+     126,148        42.7 us
+     131,332        32.4 us
+     138,500        22.2 us
+     146,692        1.44 us
 saved activations:
   name                                           shape           dtype     bytes
   primals_3                                      [2, 16, 32]     float32   4,096
@@ -253,15 +253,15 @@ saved: 60,352 B in 9 activations (+10 static inputs)
 recomputed: 62 ops, 254,336 FLOP, est. 61.7 us
 predicted peak: 105,412 B (forward: mul#6; graph model)
 gradients: 12,704 of 12,960 static-input elements in 12 of 13 tensors (parameters, buffers)
-note: peak search over 17 plans, 6 checked
+note: peak search over 16 plans, 6 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
-     105,412        72.9 us
-     120,900        62.5 us
-     126,152        52.7 us
-     131,336        42.4 us
-     138,500        32.2 us
-     146,692        11.4 us
+     105,412        62.9 us
+     120,900        52.5 us
+     126,148        42.7 us
+     131,332        32.4 us
+     138,500        22.2 us
+     146,692        1.44 us
 saved activations:
   name                                           shape           dtype     bytes
   primals_3                                      [2, 16, 32]     float32   4,096
@@ -315,12 +315,12 @@ gradients: 12,608 of 12,736 static-input elements in 9 of 11 tensors (parameters
 note: peak search over 13 plans, 6 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
-      88,196         103 us
-      92,292        82.7 us
-      96,388        72.2 us
-     100,484        52.2 us
-     104,580          42 us
-     109,188        11.2 us
+      88,196        92.7 us
+      92,292        72.7 us
+      96,388        62.2 us
+     100,484        42.2 us
+     104,580          32 us
+     109,188        1.18 us
 saved activations:
   name                 shape          dtype     bytes
   block.attn_norm/mul  [2, 16, 32]    float32   4,096
@@ -371,12 +371,12 @@ gradients: 12,608 of 12,736 static-input elements in 9 of 11 tensors (parameters
 note: peak search over 13 plans, 6 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
-      88,196         103 us
-      92,292        82.7 us
-      96,388        72.2 us
-     100,484        52.2 us
-     104,580          42 us
-     109,188        11.2 us
+      88,196        92.7 us
+      92,292        72.7 us
+      96,388        62.2 us
+     100,484        42.2 us
+     104,580          32 us
+     109,188        1.18 us
 saved activations:
   name                                                  shape             dtype     bytes
   block.attn_norm/mul                                   [2, 16, 32]       float32   4,096
@@ -416,11 +416,11 @@ gradients: 12,608 of 12,736 static-input elements in 9 of 11 tensors (parameters
 note: peak search over 13 plans, 6 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
-      83,976        82.7 us
-      88,072        72.2 us
-      96,392        52.2 us
-     100,488          42 us
-     101,000        11.2 us
+      83,976        72.7 us
+      88,072        62.2 us
+      96,392        42.2 us
+     100,488          32 us
+     101,000        1.18 us
 saved activations:
   name                 shape          dtype     bytes
   block.attn_norm/mul  [2, 16, 32]    float32   4,096
@@ -471,11 +471,11 @@ gradients: 8,352 of 8,352 static-input elements in 6 of 6 tensors (parameters, b
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
-          256        40.7 us
-          512        30.6 us
-        1,024        20.2 us
-        1,536          10 us
-        2,048          10 us
+          256        30.7 us
+          512        20.6 us
+        1,024        10.2 us
+        1,536        44.4 ns
+        2,048        41.6 ns
 saved activations:
   name       shape    dtype    bytes
   primals_3  [2, 32]  float32    256
@@ -498,11 +498,11 @@ gradients: 8,352 of 8,352 static-input elements in 6 of 6 tensors (parameters, b
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
-          256        40.7 us
-          512        30.6 us
-        1,024        20.2 us
-        1,536          10 us
-        2,048          10 us
+          256        30.7 us
+          512        20.6 us
+        1,024        10.2 us
+        1,536        44.4 ns
+        2,048        41.6 ns
 saved activations:
   name       shape    dtype    bytes
   primals_3  [2, 32]  float32    256
@@ -532,11 +532,11 @@ gradients: 8,352 of 8,352 static-input elements in 6 of 6 tensors (parameters, b
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
-          256        40.7 us
-          512        30.6 us
-        1,024        20.2 us
-        1,536          10 us
-        2,048          10 us
+          256        30.7 us
+          512        20.6 us
+        1,024        10.2 us
+        1,536        44.4 ns
+        2,048        41.6 ns
 saved activations:
   name       shape    dtype    bytes
   primals_3  [2, 32]  float32    256
@@ -566,11 +566,11 @@ gradients: 8,352 of 8,352 static-input elements in 6 of 6 tensors (parameters, b
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
-          256        40.7 us
-          512        30.6 us
-        1,024        20.2 us
-        1,536          10 us
-        2,048          10 us
+          256        30.7 us
+          512        20.6 us
+        1,024        10.2 us
+        1,536        44.4 ns
+        2,048        41.6 ns
 saved activations:
   name       shape    dtype    bytes
   primals_3  [2, 32]  float32    256
@@ -593,17 +593,16 @@ gradients: 12,704 of 12,960 static-input elements in 12 of 13 tensors (parameter
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
-       19,264         155 us
-       19,268         145 us
-       19,332         114 us
-       19,396        93.3 us
-       19,524        83.2 us
-       20,548        62.9 us
-       24,644        52.7 us
-       29,828        42.4 us
-       36,992        32.2 us
-       49,280        21.9 us
-       65,664        11.4 us
+       19,264         135 us
+       19,328         104 us
+       19,392        83.3 us
+       19,520        73.2 us
+       20,544        52.9 us
+       24,640        42.7 us
+       29,824        32.4 us
+       36,992        22.2 us
+       49,280        11.9 us
+       65,664        1.44 us
 saved activations:
   name                                     shape           dtype     bytes
   block.ln1/mul                            [2, 16, 32]     float32   4,096
@@ -640,30 +639,28 @@ recomputed (views, free, not listed: 16):
             """\
 solver: milp (optimal), device: cpu
 budget: ratio 0.5 -> 42,464 B (range 19,264..65,664 B)
-saved: 42,116 B in 15 activations (+10 static inputs)
-recomputed: 34 ops, 329,984 FLOP, est. 21.1 us
-predicted peak: 143,624 B (backward: mul#6; graph model)
+saved: 42,112 B in 14 activations (+10 static inputs)
+recomputed: 35 ops, 329,984 FLOP, est. 21.1 us
+predicted peak: 143,620 B (backward: mul#6; graph model)
 gradients: 12,704 of 12,960 static-input elements in 12 of 13 tensors (parameters, buffers)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
-       19,264         155 us
-       19,268         145 us
-       19,332         114 us
-       19,396        93.3 us
-       19,524        83.2 us
-       20,548        62.9 us
-       24,644        52.7 us
-       29,828        42.4 us
-       36,992        32.2 us
-       49,280        21.9 us
-       65,664        11.4 us
+       19,264         135 us
+       19,328         104 us
+       19,392        83.3 us
+       19,520        73.2 us
+       20,544        52.9 us
+       24,640        42.7 us
+       29,824        32.4 us
+       36,992        22.2 us
+       49,280        11.9 us
+       65,664        1.44 us
 saved activations:
   name                                     shape           dtype    bytes
   block.ln1/mul                            [2, 16, 32]     float32  4,096
   block.attn/clone                         [2, 4, 16, 8]   float32  4,096
   block.attn/clone#1                       [2, 4, 8, 16]   float32  4,096
-  block.attn/scalar_tensor                 []              float32      4
   block.attn/amax                          [2, 4, 16, 1]   float32    512
   block.attn/sum                           [2, 4, 16, 1]   float32    512
   block.attn.attn_drop/native_dropout[0]   [2, 4, 16, 16]  float32  8,192
@@ -676,24 +673,25 @@ saved activations:
   block.drop/native_dropout[1]             [2, 16, 32]     bool     1,024
   mul                                      [2, 16, 32]     float32  4,096
 recomputed (views, free, not listed: 17):
-  name                    shape             flops
-  block.ln1/mul#1         [2, 16, 32]       1,024
-  block.ln1/add#1         [2, 16, 32]       1,024
-  block.attn/bmm          [8, 16, 16]      32,768
-  block.attn/mul          [2, 4, 16, 16]    2,048
-  block.attn/bitwise_not  [1, 1, 16, 16]      256
-  block.attn/where        [2, 4, 16, 16]    2,048
-  block.attn/sub          [2, 4, 16, 16]    2,048
-  block.attn/exp          [2, 4, 16, 16]    2,048
-  block.attn/div          [2, 4, 16, 16]    2,048
-  block.ln2/mul#1         [2, 16, 32]       1,024
-  block.ln2/add#1         [2, 16, 32]       1,024
-  block.fc/addmm          [32, 128]       262,144
-  block/mul               [2, 16, 128]      4,096
-  block/mul#1             [2, 16, 128]      4,096
-  block/erf               [2, 16, 128]      4,096
-  block/add#1             [2, 16, 128]      4,096
-  block/mul#2             [2, 16, 128]      4,096""",
+  name                      shape             flops
+  block.ln1/mul#1           [2, 16, 32]       1,024
+  block.ln1/add#1           [2, 16, 32]       1,024
+  block.attn/bmm            [8, 16, 16]      32,768
+  block.attn/mul            [2, 4, 16, 16]    2,048
+  block.attn/bitwise_not    [1, 1, 16, 16]      256
+  block.attn/scalar_tensor  []                    0
+  block.attn/where          [2, 4, 16, 16]    2,048
+  block.attn/sub            [2, 4, 16, 16]    2,048
+  block.attn/exp            [2, 4, 16, 16]    2,048
+  block.attn/div            [2, 4, 16, 16]    2,048
+  block.ln2/mul#1           [2, 16, 32]       1,024
+  block.ln2/add#1           [2, 16, 32]       1,024
+  block.fc/addmm            [32, 128]       262,144
+  block/mul                 [2, 16, 128]      4,096
+  block/mul#1               [2, 16, 128]      4,096
+  block/erf                 [2, 16, 128]      4,096
+  block/add#1               [2, 16, 128]      4,096
+  block/mul#2               [2, 16, 128]      4,096""",
         )
 
     def test_gpt_block_budget_0(self) -> None:
@@ -703,23 +701,22 @@ recomputed (views, free, not listed: 17):
 solver: milp (optimal), device: cpu
 budget: ratio 0 -> 19,264 B (range 19,264..65,664 B)
 saved: 19,264 B in 4 activations (+13 static inputs)
-recomputed: 86 ops, 911,744 FLOP, est. 144 us
+recomputed: 86 ops, 911,744 FLOP, est. 134 us
 predicted peak: 155,140 B (backward: mul#6; graph model)
 gradients: 12,704 of 12,960 static-input elements in 12 of 13 tensors (parameters, buffers)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
-       19,264         155 us
-       19,268         145 us
-       19,332         114 us
-       19,396        93.3 us
-       19,524        83.2 us
-       20,548        62.9 us
-       24,644        52.7 us
-       29,828        42.4 us
-       36,992        32.2 us
-       49,280        21.9 us
-       65,664        11.4 us
+       19,264         135 us
+       19,328         104 us
+       19,392        83.3 us
+       19,520        73.2 us
+       20,544        52.9 us
+       24,640        42.7 us
+       29,824        32.4 us
+       36,992        22.2 us
+       49,280        11.9 us
+       65,664        1.44 us
 saved activations:
   name                                            shape        dtype    bytes
   primals_3                                       [2, 16, 32]  float32  4,096
@@ -779,30 +776,28 @@ recomputed (views, free, not listed: 43):
             """\
 solver: milp (optimal), device: cpu
 budget: absolute -> 60,000 B (range 19,264..65,664 B)
-saved: 58,500 B in 16 activations (+9 static inputs)
-recomputed: 33 ops, 67,840 FLOP, est. 10.4 us
-predicted peak: 139,528 B (backward: mul#6; graph model)
+saved: 58,496 B in 15 activations (+9 static inputs)
+recomputed: 34 ops, 67,840 FLOP, est. 10.4 us
+predicted peak: 139,524 B (backward: mul#6; graph model)
 gradients: 12,704 of 12,960 static-input elements in 12 of 13 tensors (parameters, buffers)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
-       19,264         155 us
-       19,268         145 us
-       19,332         114 us
-       19,396        93.3 us
-       19,524        83.2 us
-       20,548        62.9 us
-       24,644        52.7 us
-       29,828        42.4 us
-       36,992        32.2 us
-       49,280        21.9 us
-       65,664        11.4 us
+       19,264         135 us
+       19,328         104 us
+       19,392        83.3 us
+       19,520        73.2 us
+       20,544        52.9 us
+       24,640        42.7 us
+       29,824        32.4 us
+       36,992        22.2 us
+       49,280        11.9 us
+       65,664        1.44 us
 saved activations:
   name                                     shape           dtype     bytes
   block.ln1/mul                            [2, 16, 32]     float32   4,096
   block.attn/clone                         [2, 4, 16, 8]   float32   4,096
   block.attn/clone#1                       [2, 4, 8, 16]   float32   4,096
-  block.attn/scalar_tensor                 []              float32       4
   block.attn/amax                          [2, 4, 16, 1]   float32     512
   block.attn/sum                           [2, 4, 16, 1]   float32     512
   block.attn.attn_drop/native_dropout[0]   [2, 4, 16, 16]  float32   8,192
@@ -816,23 +811,24 @@ saved activations:
   block.drop/native_dropout[1]             [2, 16, 32]     bool      1,024
   mul                                      [2, 16, 32]     float32   4,096
 recomputed (views, free, not listed: 17):
-  name                    shape            flops
-  block.ln1/mul#1         [2, 16, 32]      1,024
-  block.ln1/add#1         [2, 16, 32]      1,024
-  block.attn/bmm          [8, 16, 16]     32,768
-  block.attn/mul          [2, 4, 16, 16]   2,048
-  block.attn/bitwise_not  [1, 1, 16, 16]     256
-  block.attn/where        [2, 4, 16, 16]   2,048
-  block.attn/sub          [2, 4, 16, 16]   2,048
-  block.attn/exp          [2, 4, 16, 16]   2,048
-  block.attn/div          [2, 4, 16, 16]   2,048
-  block.ln2/mul#1         [2, 16, 32]      1,024
-  block.ln2/add#1         [2, 16, 32]      1,024
-  block/mul               [2, 16, 128]     4,096
-  block/mul#1             [2, 16, 128]     4,096
-  block/erf               [2, 16, 128]     4,096
-  block/add#1             [2, 16, 128]     4,096
-  block/mul#2             [2, 16, 128]     4,096""",
+  name                      shape            flops
+  block.ln1/mul#1           [2, 16, 32]      1,024
+  block.ln1/add#1           [2, 16, 32]      1,024
+  block.attn/bmm            [8, 16, 16]     32,768
+  block.attn/mul            [2, 4, 16, 16]   2,048
+  block.attn/bitwise_not    [1, 1, 16, 16]     256
+  block.attn/scalar_tensor  []                   0
+  block.attn/where          [2, 4, 16, 16]   2,048
+  block.attn/sub            [2, 4, 16, 16]   2,048
+  block.attn/exp            [2, 4, 16, 16]   2,048
+  block.attn/div            [2, 4, 16, 16]   2,048
+  block.ln2/mul#1           [2, 16, 32]      1,024
+  block.ln2/add#1           [2, 16, 32]      1,024
+  block/mul                 [2, 16, 128]     4,096
+  block/mul#1               [2, 16, 128]     4,096
+  block/erf                 [2, 16, 128]     4,096
+  block/add#1               [2, 16, 128]     4,096
+  block/mul#2               [2, 16, 128]     4,096""",
         )
 
     def test_llama_block_budget_1(self) -> None:
@@ -848,14 +844,14 @@ gradients: 12,608 of 12,736 static-input elements in 9 of 11 tensors (parameters
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
-        4,096         134 us
-        4,352         114 us
-       12,544        72.8 us
-       16,512        62.7 us
-       20,608        52.2 us
-       24,704          42 us
-       29,312        31.8 us
-       51,840        11.2 us
+        4,096         124 us
+        4,352         104 us
+       12,544        62.8 us
+       16,512        52.7 us
+       20,608        42.2 us
+       24,704          32 us
+       29,312        21.8 us
+       51,840        1.18 us
 saved activations:
   name                                                  shape             dtype     bytes
   block.attn_norm/mul                                   [2, 16, 32]       float32   4,096
@@ -895,14 +891,14 @@ gradients: 12,608 of 12,736 static-input elements in 9 of 11 tensors (parameters
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
-        4,096         134 us
-        4,352         114 us
-       12,544        72.8 us
-       16,512        62.7 us
-       20,608        52.2 us
-       24,704          42 us
-       29,312        31.8 us
-       51,840        11.2 us
+        4,096         124 us
+        4,352         104 us
+       12,544        62.8 us
+       16,512        52.7 us
+       20,608        42.2 us
+       24,704          32 us
+       29,312        21.8 us
+       51,840        1.18 us
 saved activations:
   name                                                  shape             dtype    bytes
   block.attn_norm/mul                                   [2, 16, 32]       float32  4,096
@@ -942,14 +938,14 @@ gradients: 12,608 of 12,736 static-input elements in 9 of 11 tensors (parameters
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
-        4,096         134 us
-        4,352         114 us
-       12,544        72.8 us
-       16,512        62.7 us
-       20,608        52.2 us
-       24,704          42 us
-       29,312        31.8 us
-       51,840        11.2 us
+        4,096         124 us
+        4,352         104 us
+       12,544        62.8 us
+       16,512        52.7 us
+       20,608        42.2 us
+       24,704          32 us
+       29,312        21.8 us
+       51,840        1.18 us
 saved activations:
   name       shape        dtype    bytes
   primals_1  [2, 16, 32]  float32  4,096
@@ -1012,14 +1008,14 @@ gradients: 12,608 of 12,736 static-input elements in 9 of 11 tensors (parameters
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
-        4,096         134 us
-        4,352         114 us
-       12,544        72.8 us
-       16,512        62.7 us
-       20,608        52.2 us
-       24,704          42 us
-       29,312        31.8 us
-       51,840        11.2 us
+        4,096         124 us
+        4,352         104 us
+       12,544        62.8 us
+       16,512        52.7 us
+       20,608        42.2 us
+       24,704          32 us
+       29,312        21.8 us
+       51,840        1.18 us
 saved activations:
   name                                                  shape             dtype     bytes
   block.attn_norm/mul                                   [2, 16, 32]       float32   4,096
@@ -1051,28 +1047,26 @@ recomputed (views, free, not listed: 22):
             report_text("cnn", memory_budget=1.0, budget_mode="saved"),
             """\
 solver: milp (optimal), device: cpu
-budget: ratio 1 -> 88,426 B (range 6,160..88,426 B)
-saved: 88,426 B in 16 activations (+8 static inputs)
-recomputed: 13 ops, 24,576 FLOP, est. 49.2 ns
+budget: ratio 1 -> 88,356 B (range 6,160..88,356 B)
+saved: 88,356 B in 14 activations (+8 static inputs)
+recomputed: 15 ops, 24,576 FLOP, est. 49.2 ns
 predicted peak: 131,784 B (backward: blocks.0.bn2/mul; graph model)
 gradients: 1,506 of 1,557 static-input elements in 11 of 20 tensors (parameters, buffers)
 note: unbudgeted optimum fits the budget
 frontier (what other budgets buy):
   saved bytes  est. overhead
-        6,160         155 us
-        6,166         135 us
-        6,170         125 us
-        6,186         105 us
-        6,378        74.1 us
-        6,442        63.8 us
-        6,506        53.8 us
-        6,570        43.8 us
-       39,338        22.1 us
-       55,722          12 us
-       88,426        11.9 us
+        6,160         125 us
+        6,164         115 us
+        6,180        95.1 us
+        6,436        53.8 us
+        6,500        43.8 us
+       39,268        22.1 us
+       55,652          12 us
+       88,356        11.9 us
 saved activations:
   name                        shape           dtype     bytes
   primals_2                   [2, 3, 16, 16]  float32   6,144
+  primals_22                  [2]             int64        16
   bn/rsqrt                    [1, 8, 1, 1]    float32      32
   relu                        [2, 8, 16, 16]  float32  16,384
   blocks.0.bn1/rsqrt          [1, 8, 1, 1]    float32      32
@@ -1081,11 +1075,8 @@ saved activations:
   blocks.0.bn2/var_mean[1]    [1, 8, 1, 1]    float32      32
   blocks.0.bn2/rsqrt          [1, 8, 1, 1]    float32      32
   mean                        [2, 8, 1, 1]    float32      64
-  sub#1                       [2, 10]         float32      80
-  scalar_tensor#1             []              float32       4
   convert_element_type        []              float32       4
-  ne#1                        [2, 1]          bool          2
-  scatter                     [2, 10]         float32      80
+  exp#1                       [2, 10]         float32      80
   sub#6                       [2, 8, 16, 16]  float32  16,384
   sub#9                       [2, 8, 16, 16]  float32  16,384
 recomputed (views, free, not listed: 7):
@@ -1095,7 +1086,9 @@ recomputed (views, free, not listed: 7):
   blocks.0.bn2/mul#6  [2, 8, 16, 16]  4,096
   blocks.0.bn2/add#4  [2, 8, 16, 16]  4,096
   blocks.0/add        [2, 8, 16, 16]  4,096
-  blocks.0/relu#1     [2, 8, 16, 16]  4,096""",
+  blocks.0/relu#1     [2, 8, 16, 16]  4,096
+  scalar_tensor       []                  0
+  scalar_tensor#1     []                  0""",
         )
 
     def test_cnn_budget_0_5(self) -> None:
@@ -1103,28 +1096,26 @@ recomputed (views, free, not listed: 7):
             report_text("cnn", memory_budget=0.5, budget_mode="saved"),
             """\
 solver: milp (optimal), device: cpu
-budget: ratio 0.5 -> 47,293 B (range 6,160..88,426 B)
-saved: 39,338 B in 15 activations (+10 static inputs)
-recomputed: 34 ops, 286,720 FLOP, est. 11.3 us
+budget: ratio 0.5 -> 47,258 B (range 6,160..88,356 B)
+saved: 39,268 B in 13 activations (+10 static inputs)
+recomputed: 36 ops, 286,720 FLOP, est. 11.3 us
 predicted peak: 117,768 B (backward: convolution_backward; graph model)
 gradients: 1,506 of 1,557 static-input elements in 11 of 20 tensors (parameters, buffers)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
-        6,160         155 us
-        6,166         135 us
-        6,170         125 us
-        6,186         105 us
-        6,378        74.1 us
-        6,442        63.8 us
-        6,506        53.8 us
-        6,570        43.8 us
-       39,338        22.1 us
-       55,722          12 us
-       88,426        11.9 us
+        6,160         125 us
+        6,164         115 us
+        6,180        95.1 us
+        6,436        53.8 us
+        6,500        43.8 us
+       39,268        22.1 us
+       55,652          12 us
+       88,356        11.9 us
 saved activations:
   name                        shape           dtype     bytes
   primals_2                   [2, 3, 16, 16]  float32   6,144
+  primals_22                  [2]             int64        16
   bn/var_mean[1]              [1, 8, 1, 1]    float32      32
   bn/rsqrt                    [1, 8, 1, 1]    float32      32
   blocks.0.conv1/convolution  [2, 8, 16, 16]  float32  16,384
@@ -1134,10 +1125,7 @@ saved activations:
   blocks.0.bn2/var_mean[1]    [1, 8, 1, 1]    float32      32
   blocks.0.bn2/rsqrt          [1, 8, 1, 1]    float32      32
   mean                        [2, 8, 1, 1]    float32      64
-  scalar_tensor#1             []              float32       4
   convert_element_type        []              float32       4
-  ne#1                        [2, 1]          bool          2
-  scatter                     [2, 10]         float32      80
   exp#1                       [2, 10]         float32      80
 recomputed (views, free, not listed: 17):
   name                shape             flops
@@ -1157,7 +1145,9 @@ recomputed (views, free, not listed: 17):
   blocks.0.bn2/mul#6  [2, 8, 16, 16]    4,096
   blocks.0.bn2/add#4  [2, 8, 16, 16]    4,096
   blocks.0/add        [2, 8, 16, 16]    4,096
-  blocks.0/relu#1     [2, 8, 16, 16]    4,096""",
+  blocks.0/relu#1     [2, 8, 16, 16]    4,096
+  scalar_tensor       []                    0
+  scalar_tensor#1     []                    0""",
         )
 
     def test_cnn_budget_0(self) -> None:
@@ -1165,25 +1155,22 @@ recomputed (views, free, not listed: 17):
             report_text("cnn", memory_budget=0.0, budget_mode="saved"),
             """\
 solver: milp (optimal), device: cpu
-budget: ratio 0 -> 6,160 B (range 6,160..88,426 B)
+budget: ratio 0 -> 6,160 B (range 6,160..88,356 B)
 saved: 6,160 B in 2 activations (+11 static inputs)
-recomputed: 64 ops, 1,483,227 FLOP, est. 135 us
+recomputed: 64 ops, 1,483,227 FLOP, est. 115 us
 predicted peak: 119,560 B (backward: le; graph model)
 gradients: 1,506 of 1,557 static-input elements in 11 of 20 tensors (parameters, buffers)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
-        6,160         155 us
-        6,166         135 us
-        6,170         125 us
-        6,186         105 us
-        6,378        74.1 us
-        6,442        63.8 us
-        6,506        53.8 us
-        6,570        43.8 us
-       39,338        22.1 us
-       55,722          12 us
-       88,426        11.9 us
+        6,160         125 us
+        6,164         115 us
+        6,180        95.1 us
+        6,436        53.8 us
+        6,500        43.8 us
+       39,268        22.1 us
+       55,652          12 us
+       88,356        11.9 us
 saved activations:
   name        shape           dtype    bytes
   primals_2   [2, 3, 16, 16]  float32  6,144
@@ -1238,28 +1225,26 @@ recomputed (views, free, not listed: 23):
             report_text("cnn", memory_budget_bytes=20_000),
             """\
 solver: milp (optimal), device: cpu
-budget: absolute -> 20,000 B (range 6,160..88,426 B)
-saved: 6,570 B in 13 activations (+10 static inputs)
-recomputed: 36 ops, 1,466,368 FLOP, est. 33.6 us
+budget: absolute -> 20,000 B (range 6,160..88,356 B)
+saved: 6,500 B in 11 activations (+10 static inputs)
+recomputed: 38 ops, 1,466,368 FLOP, est. 33.6 us
 predicted peak: 131,848 B (backward: blocks.0.bn2/mul; graph model)
 gradients: 1,506 of 1,557 static-input elements in 11 of 20 tensors (parameters, buffers)
 note: MILP optimal
 frontier (what other budgets buy):
   saved bytes  est. overhead
-        6,160         155 us
-        6,166         135 us
-        6,170         125 us
-        6,186         105 us
-        6,378        74.1 us
-        6,442        63.8 us
-        6,506        53.8 us
-        6,570        43.8 us
-       39,338        22.1 us
-       55,722          12 us
-       88,426        11.9 us
+        6,160         125 us
+        6,164         115 us
+        6,180        95.1 us
+        6,436        53.8 us
+        6,500        43.8 us
+       39,268        22.1 us
+       55,652          12 us
+       88,356        11.9 us
 saved activations:
   name                      shape           dtype    bytes
   primals_2                 [2, 3, 16, 16]  float32  6,144
+  primals_22                [2]             int64       16
   bn/var_mean[1]            [1, 8, 1, 1]    float32     32
   bn/rsqrt                  [1, 8, 1, 1]    float32     32
   blocks.0.bn1/var_mean[1]  [1, 8, 1, 1]    float32     32
@@ -1267,10 +1252,7 @@ saved activations:
   blocks.0.bn2/var_mean[1]  [1, 8, 1, 1]    float32     32
   blocks.0.bn2/rsqrt        [1, 8, 1, 1]    float32     32
   mean                      [2, 8, 1, 1]    float32     64
-  scalar_tensor#1           []              float32      4
   convert_element_type      []              float32      4
-  ne#1                      [2, 1]          bool         2
-  scatter                   [2, 10]         float32     80
   exp#1                     [2, 10]         float32     80
 recomputed (views, free, not listed: 17):
   name                        shape             flops
@@ -1292,5 +1274,7 @@ recomputed (views, free, not listed: 17):
   blocks.0.bn2/mul#6          [2, 8, 16, 16]    4,096
   blocks.0.bn2/add#4          [2, 8, 16, 16]    4,096
   blocks.0/add                [2, 8, 16, 16]    4,096
-  blocks.0/relu#1             [2, 8, 16, 16]    4,096""",
+  blocks.0/relu#1             [2, 8, 16, 16]    4,096
+  scalar_tensor               []                    0
+  scalar_tensor#1             []                    0""",
         )

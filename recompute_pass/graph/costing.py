@@ -24,6 +24,7 @@ import operator
 from dataclasses import dataclass
 
 import torch
+from torch import fx
 
 from cost_model import (
     MATRIX_KINDS,
@@ -34,6 +35,7 @@ from cost_model import (
     SizeHints,
     estimate_runtime,
     get_profile,
+    is_constructor,
     measure_op_times,
     node_cost,
     tensor_bytes,
@@ -44,6 +46,17 @@ from recompute_pass.solver.problem import Item, Problem
 log = logging.getLogger(__name__)
 
 FUSIBLE = frozenset({OpKind.VIEW, OpKind.POINTWISE, OpKind.NONE})
+
+
+def fuses(node: fx.Node) -> bool:
+    """Whether Inductor computes ``node`` inside the kernel that reads it, so that running
+    it again costs only its arithmetic: pointwise ops and views, and constructors (an index
+    expression: rebuilding ``nll_loss``'s one-hot mask from ``iota`` and ``full`` in
+    backward costs nothing, where pricing each as a kernel launch made saving the
+    logits-sized mask look cheaper)."""
+    return node_cost(node).kind in FUSIBLE or is_constructor(node)
+
+
 # Matched against the device name, first wins: "gh200" before "h200", which it contains.
 _GPU_PROFILES = ("gh200", "h200", "h100", "a100")
 _DEFAULT_GPU_PROFILE = "h100"
@@ -114,7 +127,7 @@ def measure(joint: JointGraph, *, compiler: str | None, cache_dir: str | None, t
         [c.node for c in timed],
         SizeHints.from_graph(joint.module.graph),
         resolve_device("auto", joint),
-        fused={c.node for c in timed if fusion and c.cost.kind in FUSIBLE},
+        fused={c.node for c in timed if fusion and fuses(c.node)},
         cache_dir=cache_dir,
         time_limit=time_limit,
     )
@@ -144,11 +157,11 @@ def build_problem(
             if candidate.static or not candidate.can_save
             else hints.evaluate(tensor_bytes(node.meta["val"]))
         )
-        fused = cost.kind in FUSIBLE and (measured is None or measured.fusion)
+        fused = fuses(node) and (measured is None or measured.fusion)
         compute = measured.times.seconds.get(node) if measured is not None else None
         if compute is None:
             compute = estimate_runtime(cost, device, hints, fused=fused)
-        if fused and any(node_cost(user).kind not in FUSIBLE for user in joint.backward_users.get(node, ())):
+        if fused and not all(fuses(user) for user in joint.backward_users.get(node, ())):
             compute += concrete.bytes_out / bandwidth
         save = size / bandwidth + (0.0 if candidate.forward else compute)
         inputs = tuple(index[n] for n in candidate.inputs)

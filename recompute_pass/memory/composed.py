@@ -32,6 +32,7 @@ import sympy
 import torch
 from torch import fx
 
+from cost_model import is_constructor
 from recompute_pass import torch_internals as ti
 from recompute_pass.graph import blocks
 from recompute_pass.memory.inductor_memory import Event, GraphPlan, keeps_order, plan_graph
@@ -122,21 +123,6 @@ def _fused_later(node: fx.Node, piece_of: dict[fx.Node, int]) -> fx.Node | None:
     return user if expandable else None
 
 
-# Constructors Inductor lowers as index expressions: never a buffer of their own.
-_CONSTRUCTORS = frozenset(
-    {
-        torch.ops.aten.full.default,
-        torch.ops.aten.zeros.default,
-        torch.ops.aten.ones.default,
-        torch.ops.aten.scalar_tensor.default,
-        torch.ops.aten.arange.default,
-        torch.ops.aten.arange.start,
-        torch.ops.aten.arange.start_step,
-        torch.ops.prims.iota.default,
-    }
-)
-
-
 def _inlined_values(graph: fx.Graph) -> frozenset[fx.Node]:
     """Values Inductor computes inside each kernel that reads them, never as a buffer:
     constructors, and views of them (a gradient's zeros, an index range). A later piece
@@ -149,8 +135,7 @@ def _inlined_values(graph: fx.Graph) -> frozenset[fx.Node]:
         if node.op != "call_function" or not isinstance(node.target, ti.OpOverload):
             continue
         inputs = set(node.all_input_nodes)
-        constructed = node.target in _CONSTRUCTORS and not inputs
-        if constructed or (node.target.is_view and inputs and inputs <= inlined):
+        if is_constructor(node) or (node.target.is_view and inputs and inputs <= inlined):
             inlined.add(node)
     return frozenset(inlined)
 

@@ -28,7 +28,7 @@ import torch
 from torch import fx
 
 from cost_model import DeviceProfile, OpKind, SizeHints, estimate_runtime, node_cost
-from recompute_pass.graph.costing import FUSIBLE, Costed
+from recompute_pass.graph.costing import Costed, fuses
 from recompute_pass.offloading.problem import MIN_OFFLOAD_BYTES, OffloadItem, OffloadProblem
 
 
@@ -36,8 +36,7 @@ def node_seconds(node: fx.Node, device: DeviceProfile, hints: SizeHints) -> floa
     """The cost model's time for one node as it runs in a step (pointwise ops fused)."""
     if node.op != "call_function":
         return 0.0
-    cost = node_cost(node)
-    return estimate_runtime(cost, device, hints, fused=cost.kind in FUSIBLE)
+    return estimate_runtime(node_cost(node), device, hints, fused=fuses(node))
 
 
 def offloadable(costed: Costed) -> dict[int, fx.Node]:
