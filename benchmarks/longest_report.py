@@ -168,8 +168,8 @@ def write_report(out: Path) -> Path:
             "",
             f"Command: `{record['command']}`  ",
             f"Lengths {record['grid'][0]}..{record['grid'][1]} in steps of {record['grid'][2]}, batch "
-            f"{record['batch']}, size `{record['size']}`; torch {record['torch']}; "
-            f"wall time {record['wall_seconds'] / 60:.1f} min",
+            f"{record['batch']}, size `{record['size']}`, {record.get('layers', 2)} layers; "
+            f"torch {record['torch']}; wall time {record['wall_seconds'] / 60:.1f} min",
             "",
             f"![{_stem(record)}]({plot(record, out).name})",
             "",

@@ -1,7 +1,7 @@
 """How long a sequence fits a memory cap, per system: measured, and ``fit_longest``'s answer.
 
     python -m benchmarks.longest_sequence --model llama --cap 256MiB [--cap 64MiB ...]
-        [--low 64] [--high 4096] [--multiple 16] [--repeats 3] [--path inductor|graphs]
+        [--low 64] [--high 4096] [--multiple 16] [--repeats 3] [--layers N] [--path inductor|graphs]
         [--systems compile checkpoint budget_0 budget_0.5 ours] [--rng eager|inductor]
         [--out benchmarks/results/longest_sequence]
 
@@ -179,8 +179,7 @@ def measured_boundary(
 
 
 def run_system(system: str, args: argparse.Namespace, cap: int, grid: list[int]) -> SystemResult:
-    shape = SHAPES[args.size]
-    shape = dataclasses.replace(shape, batch=args.batch or shape.batch)
+    shape = _shape(args)
     make_inputs = token_inputs(shape)
     model = build_model(args.model, shape, grid[-1])
     torch.compiler.reset()
@@ -227,6 +226,12 @@ def run_system(system: str, args: argparse.Namespace, cap: int, grid: list[int])
     return result
 
 
+def _shape(args: argparse.Namespace) -> Shape:
+    """``--size``'s shape, with ``--batch`` and ``--layers`` where given."""
+    shape = SHAPES[args.size]
+    return dataclasses.replace(shape, batch=args.batch or shape.batch, layers=args.layers or shape.layers)
+
+
 def _grad_diff(runner: Runner, args: argparse.Namespace, n: int, shape: Shape) -> float:
     """Max |ours - reference| gradient over the largest reference gradient, at length
     ``n``. The reference: eager, or under ``--rng inductor`` ``torch.compile`` (the same
@@ -267,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         "--size", choices=tuple(SHAPES), default="full", help="model width (benchmarks.cases)"
     )
     parser.add_argument("--batch", type=int, default=None, help="default: the size's batch")
+    parser.add_argument("--layers", type=int, default=None, help="default: the size's layers")
     parser.add_argument("--path", choices=("inductor", "graphs"), default="inductor")
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
     parser.add_argument(
@@ -303,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
                 "path": variant,
                 "rng": args.rng,
                 "size": args.size,
-                "batch": args.batch or SHAPES[args.size].batch,
+                "batch": _shape(args).batch,
+                "layers": _shape(args).layers,
                 "grid": [grid[0], grid[-1], args.multiple],
                 "wall_seconds": time.perf_counter() - started,
                 "torch": torch.__version__,
