@@ -93,6 +93,8 @@ from torch.fx.experimental.proxy_tensor import is_sym_node
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.fx.traceback import _get_memory_budget_annotation
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "ao_offload",
     "ao_reload",
@@ -377,9 +379,6 @@ def default_store() -> torch.distributed.Store:
 
 # Inductor's C++ backend runs consecutive kernels as one group until this many arguments.
 CPP_MAX_KERNEL_GROUP_ARGS = CppScheduling.MAX_FUSED_KERNEL_ARGS_NUM
-
-
-log = logging.getLogger(__name__)
 
 
 # Inductor config read by its scheduler alone (torch 2.13: ``Scheduler`` and the fusion
