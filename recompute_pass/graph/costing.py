@@ -147,6 +147,7 @@ def build_problem(
     rng_states: dict[int, int] = {}
     costs: list[NodeCost] = []
     flops: list[int] = []
+    fusing = functools.cache(fuses)  # a backward op is asked of once per value it reads
     for k, candidate in enumerate(joint.candidates):
         node, cost = candidate.node, candidate.cost
         concrete = cost.evaluate(hints)
@@ -157,11 +158,11 @@ def build_problem(
             if candidate.static or not candidate.can_save
             else hints.evaluate(tensor_bytes(node.meta["val"]))
         )
-        fused = fuses(node) and (measured is None or measured.fusion)
+        fused = fusing(node) and (measured is None or measured.fusion)
         compute = measured.times.seconds.get(node) if measured is not None else None
         if compute is None:
             compute = estimate_runtime(cost, device, hints, fused=fused)
-        if fused and not all(fuses(user) for user in joint.backward_users.get(node, ())):
+        if fused and not all(fusing(user) for user in joint.backward_users.get(node, ())):
             compute += concrete.bytes_out / bandwidth
         save = size / bandwidth + (0.0 if candidate.forward else compute)
         inputs = tuple(index[n] for n in candidate.inputs)
