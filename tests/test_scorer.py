@@ -145,3 +145,20 @@ def test_decide_searches_peaks_through_the_scorer_alone() -> None:
 def test_a_peak_budget_without_a_scorer_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="PlanScorer"):
         decide(PROBLEM, RecomputeOptions(budget_mode="peak"))
+
+
+def test_budget_one_checks_only_the_range_ends_and_chooses_the_fastest_plan() -> None:
+    """At budget 1 the cap is the fastest plan's own exact peak, which it fits, and it is
+    the cheapest plan: the other plans' exact peaks cannot change the choice, so only the
+    range's two ends are checked. The plan equals the one a check of every plan gives."""
+    estimate = {p: exact_peak(p) + 7 * i for i, p in enumerate(FAMILY)}  # not the exact ranking
+    lazy = FakeScorer(estimate.__getitem__, exact_peak, checks=len(FAMILY))
+    choice = _choose(lazy, ratio=1.0)
+    assert choice.plan == FRONTIER[-1]
+    assert len(lazy.checked) == 2 and lazy.checked[0] == FRONTIER[-1]
+    assert choice.max_peak == choice.cap == exact_peak(FRONTIER[-1])
+    assert f"{len(lazy.checked)} checked" in choice.notes[-1]
+    # What checking every plan gives: the cheapest plan whose exact peak fits that cap.
+    fitting = [p for p in FAMILY if exact_peak(p) <= choice.cap]
+    best = min(fitting, key=lambda p: (p.cost(PROBLEM), exact_peak(p)))
+    assert choice.plan.cost(PROBLEM) == best.cost(PROBLEM)
