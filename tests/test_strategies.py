@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -9,11 +10,13 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from recompute_pass.search.peak_budget import segment_plans
 from recompute_pass.solver.cut import CutGraph
 from recompute_pass.solver.frontier import Relaxation, hull
 from recompute_pass.solver.problem import Item, Plan, Problem
 from recompute_pass.solver.strategies import STRATEGIES, InfeasibleProblem
 from recompute_pass.solver.strategies.strategy_mincut import bracket
+from recompute_pass.solver.strategies.strategy_sqrt_n import block_segments
 
 
 def brute_force(problem: Problem, budget: float) -> Plan | None:
@@ -213,3 +216,38 @@ def test_milp_tie_with_the_min_cut_plan_is_optimal_without_warning(caplog: pytes
     assert solution.optimal
     assert solution.plan.violations(problem) == [] and solution.plan.size(problem) <= 8
     assert _close(solution.plan.cost(problem), brute_force(problem, 8).cost(problem))
+
+
+def _blocked_chain(blocks: int, per_block: int) -> Problem:
+    """A chain of ``blocks`` blocks of ``per_block`` forward values each (an embedding
+    outside them first), and one backward value reading each forward value, as a
+    transformer's gradient reads each layer's activations."""
+    items = [Item("embed", 64, 1e-6, 1e-6, (), can_save=True, can_recompute=True)]
+    for b in range(blocks):
+        for k in range(per_block):
+            i = len(items)
+            items.append(Item(f"b{b}.{k}", 64, 1e-6, 1e-3, (i - 1,), True, True, block=b))
+    forward = len(items)
+    for i in range(1, forward):
+        items.append(Item(f"grad{i}", 64, 1e-6, 1e-6, (i,), False, True, is_forward=False))
+    return Problem(tuple(items), frozenset(range(forward, len(items))))
+
+
+def test_block_segments_cut_the_forward_at_its_blocks() -> None:
+    problem = _blocked_chain(blocks=3, per_block=4)
+    backward = [-1] * 12  # in no segment: what backward reads makes nothing cross
+    assert block_segments(problem, 1.0) == [0, *[0] * 4, *[1] * 4, *[2] * 4, *backward]
+    assert block_segments(problem, 2.0)[1:13] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+    assert block_segments(problem, 0.5)[1:13] == [0] * 8 + [1] * 4
+    one = Problem(
+        tuple(dataclasses.replace(it, block=min(it.block, 0)) for it in problem.items), problem.needed
+    )
+    assert block_segments(one, 1.0) is None
+
+
+def test_the_smallest_per_block_plan_saves_block_outputs_only() -> None:
+    """Like per-block checkpointing: each block's output crosses into the next and is
+    saved; what backward reads inside a block is rebuilt from the block's input."""
+    problem = _blocked_chain(blocks=3, per_block=4)
+    saved = [frozenset(problem.items[i].name for i in plan.saved) for plan in segment_plans(problem)]
+    assert frozenset({"b0.3", "b1.3"}) in saved  # the embedding, from no input, is rebuilt

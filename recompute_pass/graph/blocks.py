@@ -98,6 +98,12 @@ def labels(graph: fx.Graph, container: str) -> dict[fx.Node, int]:
     return result
 
 
+def block_labels(graph: fx.Graph) -> dict[fx.Node, int]:
+    """Each node's block index (``labels``), empty for a graph without repeated blocks."""
+    container = _container(graph)
+    return {} if container is None else labels(graph, container)
+
+
 def find_blocks(graph: fx.Graph) -> Blocks | None:
     """The graph's repeated blocks, None if it has none."""
     container = _container(graph)

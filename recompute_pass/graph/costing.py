@@ -40,6 +40,7 @@ from cost_model import (
     node_cost,
     tensor_bytes,
 )
+from recompute_pass.graph import blocks
 from recompute_pass.graph.joint_graph import JointGraph
 from recompute_pass.solver.problem import Item, Problem
 
@@ -148,6 +149,7 @@ def build_problem(
     costs: list[NodeCost] = []
     flops: list[int] = []
     fusing = functools.cache(fuses)  # a backward op is asked of once per value it reads
+    block_of = blocks.block_labels(joint.module.graph)
     for k, candidate in enumerate(joint.candidates):
         node, cost = candidate.node, candidate.cost
         concrete = cost.evaluate(hints)
@@ -183,6 +185,7 @@ def build_problem(
                 is_forward=candidate.forward,
                 is_matrix=cost.kind in MATRIX_KINDS,
                 selects_output=node.target is operator.getitem,
+                block=block_of.get(node, blocks.OUTSIDE),
             )
         )
     problem = Problem((*items, *states), needed)

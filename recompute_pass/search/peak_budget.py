@@ -35,7 +35,7 @@ from recompute_pass.solver.cut import CutGraph
 from recompute_pass.solver.frontier import dominant_price
 from recompute_pass.solver.problem import Plan, Problem
 from recompute_pass.solver.strategies.fixed import policy_problem
-from recompute_pass.solver.strategies.strategy_sqrt_n import segment_policy
+from recompute_pass.solver.strategies.strategy_sqrt_n import block_segments, segment_policy, segments
 
 log = logging.getLogger(__name__)
 
@@ -71,16 +71,24 @@ class PeakChoice:
 
 
 def segment_plans(problem: Problem) -> list[Plan]:
-    """The cheapest and the smallest plan saving only segment boundaries, per K."""
+    """The cheapest and the smallest plan saving only segment boundaries, per K segments of
+    equal bytes, and per cut at the repeated blocks (two blocks, one, or half a block a
+    segment) where the graph has them."""
     activations = sum(it.is_forward and it.can_save and it.size > 0 for it in problem.items)
     counts = {2**j for j in range(1, max(1, activations).bit_length())}
     counts.add(max(2, round(math.sqrt(activations))))
+    cuts = [segments(problem, count) for count in sorted(counts)]
+    cuts += [cut for per_block in BLOCK_CUTS if (cut := block_segments(problem, per_block)) is not None]
     plans: list[Plan] = []
-    for count in sorted(counts):
-        restricted = policy_problem(problem, *segment_policy(problem, count))
+    for cut in cuts:
+        restricted = policy_problem(problem, *segment_policy(problem, segment=cut))
         graph = CutGraph.build(restricted)
         plans += [graph.solve(restricted, 0.0), graph.solve(restricted, dominant_price(restricted))]
     return plans
+
+
+# Segments per repeated block in the block-aligned segment plans.
+BLOCK_CUTS = (0.5, 1.0, 2.0)
 
 
 def choose_by_peak(

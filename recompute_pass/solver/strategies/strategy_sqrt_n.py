@@ -32,10 +32,45 @@ def segments(problem: Problem, count: int | None = None) -> list[int]:
     return result
 
 
-def segment_policy(problem: Problem, count: int | None = None) -> tuple[set[int], set[int]]:
+def block_segments(problem: Problem, per_block: float) -> list[int] | None:
+    """Each item's segment when the forward is cut at its repeated blocks (``Item.block``),
+    ``per_block`` segments to a block (0.5: two blocks a segment; 2: each block halved by
+    activation bytes); what runs outside the blocks joins the segment before it. Backward
+    values are in none (-1): what backward reads inside a segment is rebuilt, not saved,
+    as per-block checkpointing does. None for a graph of fewer than two blocks.
+
+    Per-block checkpointing saves each block's input and rebuilds one block at a time;
+    segments of equal bytes, whatever their count, cut blocks where more values cross
+    (measured at 24 layers: their best peak 9% above per-block checkpointing's)."""
+    items = problem.items
+    order = {
+        b: k for k, b in enumerate(sorted({it.block for it in items if it.is_forward and it.block >= 0}))
+    }
+    if len(order) < 2:
+        return None
+    totals: dict[int, int] = {}
+    for it in items:
+        if it.is_forward and it.can_save and it.block >= 0:
+            totals[it.block] = totals.get(it.block, 0) + it.size
+    before: dict[int, int] = {}
+    result, current = [], 0
+    for it in items:
+        if it.is_forward and it.block >= 0:
+            done = before.get(it.block, 0) / max(1, totals.get(it.block, 0))
+            current = math.floor((order[it.block] + min(done, 0.999)) * per_block)
+            if it.can_save:
+                before[it.block] = before.get(it.block, 0) + it.size
+        result.append(current if it.is_forward else -1)
+    return result
+
+
+def segment_policy(
+    problem: Problem, count: int | None = None, segment: list[int] | None = None
+) -> tuple[set[int], set[int]]:
     """(may recompute, must not save): everything may be recomputed; of the forward values,
-    only those crossing into a later segment may be saved."""
-    segment = segments(problem, count)
+    only those crossing into a later segment may be saved. ``segment``: each item's
+    segment (``block_segments``), instead of ``count`` segments of equal bytes."""
+    segment = segment if segment is not None else segments(problem, count)
     crossing = {j for i, it in enumerate(problem.items) for j in it.inputs if segment[j] < segment[i]}
     forward = {i for i, it in enumerate(problem.items) if it.is_forward}
     return set(range(len(problem))), forward - crossing
