@@ -102,25 +102,13 @@ def plan_graph(
             copy, is_backward=is_backward, donated=donated, patches=dict(lowered)
         )
         with lowering_of as (lowering, schedule):
-            inputs = tuple(lowering.graph_inputs)
-            outputs = tuple(_storage_name(out) for out in lowering.graph_outputs)
-            strides = tuple(_strides(out) for out in lowering.graph_outputs)
             for variant in scheduled:
                 scheduler = schedule({k: v for k, v in variant.items() if k in ti.SCHEDULER_CONFIG})
                 configs = [(dict(variant), bool(ti.inductor_config.allow_buffer_reuse))]
                 if without_reuse and configs[0][1]:
                     configs.append(({**variant, "allow_buffer_reuse": False}, False))
                 plans[id(variant)] = [
-                    (
-                        config,
-                        GraphPlan(
-                            tuple(_WrapperPlan(lowering, scheduler, order, reuse=reuse).run()),
-                            inputs,
-                            outputs,
-                            strides,
-                        ),
-                    )
-                    for config, reuse in configs
+                    (config, _plan_of(lowering, scheduler, order, reuse=reuse)) for config, reuse in configs
                 ]
     return [plan for variant in variants for plan in plans[id(variant)]]
 
@@ -128,9 +116,11 @@ def plan_graph(
 def compiled_plan(lowering: object, scheduler: object) -> GraphPlan:
     """The memory events of a graph Inductor's real compile has just scheduled, under the
     config it runs with: what ``plan_graph`` predicts, read off the compile itself."""
-    graph = lowering.graph  # type: ignore[attr-defined]
-    order = {node: i for i, node in enumerate(graph.nodes)}
-    reuse = bool(ti.inductor_config.allow_buffer_reuse)
+    order = {node: i for i, node in enumerate(lowering.graph.nodes)}  # type: ignore[attr-defined]
+    return _plan_of(lowering, scheduler, order, reuse=bool(ti.inductor_config.allow_buffer_reuse))
+
+
+def _plan_of(lowering: object, scheduler: object, order: dict[fx.Node, int], *, reuse: bool) -> GraphPlan:
     events = tuple(_WrapperPlan(lowering, scheduler, order, reuse=reuse).run())
     outputs = tuple(_storage_name(out) for out in lowering.graph_outputs)  # type: ignore[attr-defined]
     strides = tuple(_strides(out) for out in lowering.graph_outputs)  # type: ignore[attr-defined]
