@@ -111,11 +111,9 @@ def _partitioned(name: str, budget: float):
     return forward, backward, report, joint
 
 
-@pytest.mark.parametrize(("name", "budget"), [("llama", 0.5), ("gpt2", 0.5), ("gpt2", 0.0)])
-def test_composed_peak_equals_the_whole_graph_lowering(name, budget) -> None:
-    """At GPT-2's budget 0 every block's softmax reads the causal mask, which Inductor
-    computes in each reader (``composed._inlined_values``)."""
-    forward, backward, report, joint = _partitioned(name, budget)
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_composed_peak_equals_the_whole_graph_lowering(name) -> None:
+    forward, backward, report, joint = _partitioned(name, 0.5)
     assert any("peaks composed" in note for note in report.notes), report.notes
     planner = composed.for_graph(joint.module)
     assert planner is not None

@@ -87,7 +87,7 @@ def split(graph: fx.GraphModule, container: str) -> list[Piece]:
             target.insert(target.index(user), node)
             piece_of[node] = piece_of[user]
     (output,) = graph.graph.find_nodes(op="output")
-    inlined = _inlined_values(graph.graph, of_node)
+    inlined = _inlined_values(graph.graph)
     last_piece: dict[fx.Node, int] = {}
     for node in graph.graph.nodes:
         for used in node.all_input_nodes:
@@ -123,53 +123,21 @@ def _fused_later(node: fx.Node, piece_of: dict[fx.Node, int]) -> fx.Node | None:
     return user if expandable else None
 
 
-def _inlined_values(graph: fx.Graph, of_node: dict[fx.Node, int]) -> frozenset[fx.Node]:
-    """Values Inductor computes inside each kernel that reads them, never as a buffer. A
-    later piece copies them in rather than taking them as an input, which would be a buffer
-    the whole graph never allocates:
-
-    - constructors, and views of them (a gradient's zeros, an index range);
-    - pointwise values of the preamble (outside every block) read by pointwise ops alone,
-      from at most ``realize_reads_threshold`` buffers: Inductor recomputes them in each
-      reader (GPT-2's causal mask, a ``where`` over four small index buffers, read by every
-      block's softmax: a [batch, 1, seq, seq] buffer held through the step in composition,
-      +3% at budget 0 on a 4-layer GPT-2).
-
-    Not pointwise values of the blocks, though Inductor inlines some of those too: copied
-    into each piece, a 4-layer Llama's budget-0 plan came out 8% low (not diagnosed), and a
-    value an extern kernel (a matmul) reads is realized once, live from its first read to
-    its last (-12% on a 4-layer Llama)."""
+def _inlined_values(graph: fx.Graph) -> frozenset[fx.Node]:
+    """Values Inductor computes inside each kernel that reads them, never as a buffer:
+    constructors, and views of them (a gradient's zeros, an index range). A later piece
+    copies them in rather than taking them as an input, which would be a buffer the whole
+    graph never allocates. Not pointwise ops of graph inputs, though Inductor inlines those
+    too: read by two extern kernels one is realized once, between the first and the last,
+    and copied into each piece it would be missed (-12% on a 4-layer Llama)."""
     inlined: set[fx.Node] = set()
-    threshold = int(ti.inductor_config.realize_reads_threshold)
     for node in graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, ti.OpOverload):
             continue
         inputs = set(node.all_input_nodes)
-        if (
-            is_constructor(node)
-            or (node.target.is_view and inputs and inputs <= inlined)
-            or (
-                of_node.get(node) == blocks.OUTSIDE
-                and _pointwise(node)
-                and node.users
-                and all(_pointwise(user) for user in node.users)
-                and len(_reads(node, inlined)) <= threshold
-            )
-        ):
+        if is_constructor(node) or (node.target.is_view and inputs and inputs <= inlined):
             inlined.add(node)
     return frozenset(inlined)
-
-
-def _reads(node: fx.Node, inlined: set[fx.Node]) -> set[fx.Node]:
-    """The buffers ``node`` reads when what it reads of ``inlined`` is computed in place."""
-    found: set[fx.Node] = set()
-    for value in node.all_input_nodes:
-        found |= _reads(value, inlined) if value in inlined else {value}
-    return found
-
-
-def _pointwise(node: fx.Node) -> bool:
-    return isinstance(node.target, ti.OpOverload) and torch.Tag.pointwise in node.target.tags
 
 
 # A piece's lowering costs about 0.1 s however small it is: a run of fewer nodes (the
