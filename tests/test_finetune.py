@@ -121,9 +121,11 @@ def test_budget_one_peaks_no_higher_than_torch_compile_on_lora(name) -> None:
 
 
 @pytest.mark.slow
-def test_fit_longest_boundary_is_the_measured_one_on_a_lora_model() -> None:
-    """No codegen: the walk is exact, so the fitted length fits the cap as measured and the
-    next one does not, with the fitted plan (``fit.backend``, one dynamic compile)."""
+@pytest.mark.parametrize("inductor", [False, True], ids=["graphs", "inductor"])
+def test_fit_longest_boundary_is_the_measured_one_on_a_lora_model(inductor) -> None:
+    """The fitted length fits the cap as measured and the next one does not, with the
+    fitted plan (``fit.backend``, one dynamic compile): exact without codegen, and through
+    Inductor's memory plan (1,421,060 B predicted, 1,421,384 measured at 224 tokens)."""
     case = finetune_model_cases(layers=2, dim=32, seq=256)["llama_lora"]
     model = build(case)
     cap, multiple = 1_500_000, 16
@@ -132,9 +134,9 @@ def test_fit_longest_boundary_is_the_measured_one_on_a_lora_model() -> None:
         torch.manual_seed(1)
         return torch.randint(0, 128, (2, n)), torch.randint(0, 128, (2, n))
 
-    fit = fit_longest(
-        model, make, cap, low=16, high=256, multiple_of=multiple, backend=recompute_eager_backend
-    )
+    backend = recompute_backend if inductor else recompute_eager_backend
+    with ti.inductor_config.patch(force_disable_caches=True):
+        fit = fit_longest(model, make, cap, low=16, high=256, multiple_of=multiple, backend=backend)
     assert 16 < fit.size < 256 and fit.predicted_peak_bytes <= cap
     torch.compiler.reset()
     compiled = torch.compile(model, backend=fit.backend, dynamic=True)
@@ -146,5 +148,7 @@ def test_fit_longest_boundary_is_the_measured_one_on_a_lora_model() -> None:
         model.zero_grad(set_to_none=True)
         return memory.peak_bytes
 
-    at_fit, beyond = measured(fit.size), measured(fit.size + multiple)
-    assert abs(at_fit - fit.predicted_peak_bytes) <= 128 and at_fit <= cap < beyond, (at_fit, beyond)
+    with ti.inductor_config.patch(force_disable_caches=True):
+        at_fit, beyond = measured(fit.size), measured(fit.size + multiple)
+    slack = TOLERANCE * at_fit if inductor else 128
+    assert abs(at_fit - fit.predicted_peak_bytes) <= slack and at_fit <= cap < beyond, (at_fit, beyond)
