@@ -35,7 +35,7 @@ from cost_model import (
     node_cost,
 )
 from recompute_pass import RecomputeOptions
-from recompute_pass.graph.costing import FUSIBLE, build_problem, measure
+from recompute_pass.graph.costing import build_problem, fuses, measure
 from recompute_pass.partitioner import partition
 from tests.joint_graphs import CapturedJoint, reference_joints
 
@@ -152,7 +152,7 @@ def test_miss_then_hit_and_the_file_is_keyed_by_device_and_torch(
     # Fused pricing (under Inductor) is another quantity, so another key: misses for pointwise ops.
     fused = measure(joint, compiler="inductor", cache_dir=str(tmp_path), time_limit=10)
     signatures = _signatures(joint, fused=True)
-    pointwise = {signatures[c.node] for c in timed(joint) if c.cost.kind in FUSIBLE}
+    pointwise = {signatures[c.node] for c in timed(joint) if fuses(c.node)}
     assert fused.times.stats.measured == len(pointwise) > 0
 
 
@@ -292,9 +292,9 @@ def test_under_inductor_pointwise_ops_are_priced_fused(
     for candidate, item in zip(joint.candidates, costed.problem.items, strict=False):
         if candidate not in timed(joint) or not candidate.forward:
             continue
-        if candidate.cost.kind in FUSIBLE:  # its arithmetic, plus a write if a matmul reads it
+        if fuses(candidate.node):  # its arithmetic, plus a write if a matmul reads it
             users = joint.backward_users.get(candidate.node, ())
-            write = any(node_cost(u).kind not in FUSIBLE for u in users)
+            write = not all(fuses(u) for u in users)
             out = candidate.cost.evaluate(costed.hints).bytes_out / TEST_PROFILE.memory_bandwidth
             assert item.recompute_cost == pytest.approx(1e-4 + (out if write else 0.0))
             fused += 1
@@ -333,7 +333,7 @@ def test_real_timings_are_positive_and_leave_the_generator_alone(tmp_path: Path)
     stats = measured.times.stats
     assert stats.measured > 5 and stats.failed == 0 and stats.timed_out == 0
     assert all(s >= 0 and math.isfinite(s) for s in measured.times.seconds.values())
-    kernels = [s for n, s in measured.times.seconds.items() if node_cost(n).kind not in FUSIBLE]
+    kernels = [s for n, s in measured.times.seconds.items() if not fuses(n)]
     assert kernels and min(kernels) > 0
 
 

@@ -17,8 +17,8 @@ The choice is the cheapest plan whose peak fits, ties to the lower peak, so a lo
 budget never gives a higher peak. Plans are ranked by a fast estimate (the graph walk on
 the joint graph, ``plan_peak``); the peaks that set the range and decide are the exact
 predictions of the plans on the estimate's peak/cost Pareto front (``_checked``), the
-same plans at every budget below 1. Budget 1 is the fastest plan's own peak, so it is the
-fastest plan whatever the others' peaks: only the range's two ends are checked there.
+same plans at every budget below 1. Budget 1 is the fastest plan's own peak, so only a plan
+as cheap can be chosen over it: only those and the range's two ends are checked there.
 """
 
 from __future__ import annotations
@@ -131,9 +131,13 @@ def choose_by_peak(
     # plans from those that fit: the chosen peak never rises as the budget falls.
     checked = _checked(scored, fastest, scorer.checks)
     if cap is None and ratio == 1:
-        # Budget 1 is the fastest plan's own peak, which it fits: no other plan's exact
-        # peak can change the choice, so only the range's low end is checked, for the report.
-        checked = list(dict.fromkeys([fastest, checked[0]]))
+        # Budget 1 is the fastest plan's own peak, which it fits: only a plan as cheap can be
+        # chosen over it (ties go to the lower peak: an offload plan, say), so only those and
+        # the range's low end, for the report, are checked.
+        cheapest = scored[fastest][1] * (1 + 1e-9)
+        checked = list(
+            dict.fromkeys([fastest, checked[0], *(p for p in checked if scored[p][1] <= cheapest)])
+        )
     stop = deadline if check_deadline is None else check_deadline
     for plan in [fastest, *(p for p in checked if p != fastest)]:  # the range's top first
         if exact and time.monotonic() > stop:
