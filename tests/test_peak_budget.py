@@ -58,10 +58,13 @@ def test_peak_falls_with_the_budget_as_predicted(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["gpt", "llama"])
 def test_peak_budget_one_is_the_fastest_plan(name: str) -> None:
-    _, peak_one = _sweep(name)[1.0]
-    _, saved_one = _measured(name, memory_budget=1.0, budget_mode="saved")
-    assert peak_one.saved_bytes == saved_one.saved_bytes
+    """As fast as saved-bytes budget 1; among plans that fast, the lower peak (a tie may save
+    a few bytes fewer, as the GPT's does)."""
+    measured_one, peak_one = _sweep(name)[1.0]
+    measured_saved, saved_one = _measured(name, memory_budget=1.0, budget_mode="saved")
     assert peak_one.estimated_step_overhead == pytest.approx(saved_one.estimated_step_overhead)
+    assert peak_one.saved_bytes <= saved_one.saved_bytes
+    assert measured_one <= measured_saved
 
 
 @pytest.mark.parametrize("name", ["gpt", "llama"])
