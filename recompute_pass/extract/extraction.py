@@ -56,6 +56,7 @@ def extract(
     _check_no_fresh_draw(joint, backward)
     # Reordering keeps what the gradients need (dropping, e.g., forward asserts copied along).
     backward = ti.reordering_to_mimic_autograd_engine(backward)
+    backward = ti.lazy_graph_module(backward, backward.graph)  # raise_getitems recompiles
 
     actual = (_call_names(backward) & forward_names) | replayed_names
     expected = {n.name for n in recomputed if n.name in forward_names}

@@ -51,9 +51,9 @@ class Piece:
     digest: str
 
     def module(self) -> fx.GraphModule:
-        """The piece to lower, made only when it is: a module's code generation costs as
-        much as its lowering's bookkeeping, and most pieces are alike ones lowered before."""
-        return fx.GraphModule(self.root, self.graph)
+        """The piece to lower, made only when it is (most pieces are alike ones lowered
+        before), and lazily: its Python code is never needed."""
+        return ti.lazy_graph_module(self.root, self.graph)
 
 
 def split(graph: fx.GraphModule, container: str) -> list[Piece]:
