@@ -11,8 +11,9 @@ digest of its nodes, the strides and donations it is lowered with, and the confi
 the pieces' memory events are strung together, renamed, into one plan of the graph.
 
 Two things Inductor does across a boundary are mirrored: its ``addmm`` pattern (a product
-computed at the later sum it feeds, ``_fused_later``) and constructors computed in each
-kernel that reads them (``_inlined_values``). What is not, and so is kept out of the
+computed at the later sum it feeds, ``_fused_later``) and values computed in each kernel
+that reads them, never as a buffer (``_inlined_values``: constructors, light pointwise
+values such as rotary tables and causal masks). What is not, and so is kept out of the
 backward's composed plans, which the backward is then compiled under: the reuse pool
 holding a buffer across a boundary (Inductor decides reuse against its own estimate of the
 graph's peak, here a piece's: 8% low on a 4-layer Llama), and the scheduler's passes over
@@ -86,15 +87,33 @@ def split(graph: fx.GraphModule, container: str) -> list[Piece]:
             target = runs[piece_of[user]]
             target.insert(target.index(user), node)
             piece_of[node] = piece_of[user]
-    (output,) = graph.graph.find_nodes(op="output")
     inlined = _inlined_values(graph.graph)
-    last_piece: dict[fx.Node, int] = {}
-    for node in graph.graph.nodes:
-        for used in node.all_input_nodes:
-            last_piece[used] = len(runs) if node is output else piece_of[node]
-    return [
-        _piece(graph, nodes, index, piece_of, last_piece, output, inlined) for index, nodes in enumerate(runs)
-    ]
+    readers = _readers(graph.graph, piece_of, inlined, len(runs))
+    return [_piece(graph, nodes, index, readers, inlined, len(runs)) for index, nodes in enumerate(runs)]
+
+
+def _readers(
+    graph: fx.Graph, piece_of: dict[fx.Node, int], inlined: frozenset[fx.Node], outside: int
+) -> dict[fx.Node, set[int]]:
+    """The pieces that read each value (``outside``: the graph's output), counting the
+    reads of an inlined value's copy in another piece as that piece's."""
+    readers: dict[fx.Node, set[int]] = {}
+
+    def read(node: fx.Node, piece: int) -> None:
+        seen = readers.setdefault(node, set())
+        if piece in seen:
+            return
+        seen.add(piece)
+        if node in inlined and piece != outside and piece_of.get(node) != piece:
+            for used in node.all_input_nodes:  # the copy reads them here
+                read(used, piece)
+
+    for node in graph.nodes:
+        piece = outside if node.op == "output" else piece_of.get(node)
+        if piece is not None:
+            for used in node.all_input_nodes:
+                read(used, piece)
+    return readers
 
 
 def _fused_later(node: fx.Node, piece_of: dict[fx.Node, int]) -> fx.Node | None:
@@ -124,20 +143,64 @@ def _fused_later(node: fx.Node, piece_of: dict[fx.Node, int]) -> fx.Node | None:
 
 
 def _inlined_values(graph: fx.Graph) -> frozenset[fx.Node]:
-    """Values Inductor computes inside each kernel that reads them, never as a buffer:
-    constructors, and views of them (a gradient's zeros, an index range). A later piece
-    copies them in rather than taking them as an input, which would be a buffer the whole
-    graph never allocates. Not pointwise ops of graph inputs, though Inductor inlines those
-    too: read by two extern kernels one is realized once, between the first and the last,
-    and copied into each piece it would be missed (-12% on a 4-layer Llama)."""
+    """Values Inductor computes inside each kernel that reads them, never as a buffer. A
+    later piece copies them in (and reads their inputs) rather than taking them as an
+    input, which would be a buffer the whole graph never allocates:
+
+    - constructors, and views of them (a gradient's zeros, an index range);
+    - light pointwise values read only by pointwise kernels (``_fused_into_readers``):
+      Llama's rotary cos and sin, read by every block, never realized whole-graph.
+
+    Not a pointwise value an extern kernel reads: Inductor realizes it once, between the
+    first reader and the last, and copied into each piece it would be missed."""
     inlined: set[fx.Node] = set()
     for node in graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, ti.OpOverload):
             continue
         inputs = set(node.all_input_nodes)
-        if is_constructor(node) or (node.target.is_view and inputs and inputs <= inlined):
+        view_of_inlined = node.target.is_view and inputs and inputs <= inlined
+        if is_constructor(node) or view_of_inlined or _fused_into_readers(node, inlined):
             inlined.add(node)
     return frozenset(inlined)
+
+
+# Ops that make Inductor realize a value read more than once on the CPU
+# (``StorageBox.should_realize_on_reuse``), rather than recompute it in each reader.
+_HEAVY_ON_REUSE = frozenset({"exp", "log", "log10", "log1p", "log2", "sigmoid", "tanh"})
+
+
+def _fused_into_readers(node: fx.Node, inlined: set[fx.Node]) -> bool:
+    """Whether Inductor's whole-graph lowering inlines ``node`` into every reader: a
+    pointwise op whose every use is pointwise, with no op it realizes on reuse, reading at
+    most ``realize_reads_threshold`` buffers (through the values Inductor computes inside
+    it: inlined ones, and pointwise values and views read once)."""
+    target = node.target
+    if torch.Tag.pointwise not in target.tags or not node.users:  # type: ignore[union-attr]
+        return False
+    if not all(ti.is_pointwise_use(user) for user in node.users):
+        return False
+    chain, reads, pending = set(), set(), [node]
+    while pending:
+        current = pending.pop()
+        if current in chain:
+            continue
+        chain.add(current)
+        if current.target.__name__.split(".")[0] in _HEAVY_ON_REUSE:  # type: ignore[union-attr]
+            return False
+        for used in current.all_input_nodes:
+            if used in inlined or _fused_into_its_user(used):
+                pending.append(used)
+            elif isinstance(used.meta.get("val"), torch.Tensor):
+                reads.add(used)
+    return len(reads) <= ti.inductor_config.realize_reads_threshold
+
+
+def _fused_into_its_user(node: fx.Node) -> bool:
+    """A pointwise value or a view read once: Inductor computes it inside its reader, whose
+    reads are then its reads (GPT-2's causal mask reads the index buffers behind it)."""
+    if node.op != "call_function" or not isinstance(node.target, ti.OpOverload) or len(node.users) != 1:
+        return False
+    return node.target.is_view or torch.Tag.pointwise in node.target.tags
 
 
 # A piece's lowering costs about 0.1 s however small it is: a run of fewer nodes (the
@@ -159,10 +222,9 @@ def _piece(
     root: fx.GraphModule,
     nodes: list[fx.Node],
     index: int,
-    piece_of: dict[fx.Node, int],
-    last_piece: dict[fx.Node, int],
-    output: fx.Node,
+    readers: dict[fx.Node, set[int]],
     inlined: frozenset[fx.Node],
+    outside: int,
 ) -> Piece:
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
@@ -182,11 +244,10 @@ def _piece(
         for used in node.all_input_nodes:
             value(used)
         env[node] = graph.node_copy(node, value)
-    members = set(nodes)
 
     def read_later(node: fx.Node) -> bool:
-        outside = [u for u in node.users if u not in members]
-        return output in outside or (node not in inlined and any(piece_of[u] != index for u in outside))
+        pieces = readers.get(node, set())
+        return outside in pieces or (node not in inlined and any(p != index for p in pieces))
 
     live_out = [n for n in nodes if read_later(n)]
     graph.output(tuple(env[n] for n in live_out))
@@ -195,7 +256,7 @@ def _piece(
         root=root,
         inputs=tuple(n.name for n in inputs),
         outputs=tuple(n.name for n in live_out),
-        last_used=frozenset(n.name for n in inputs if last_piece[n] == index),
+        last_used=frozenset(n.name for n in inputs if max(readers[n]) == index),
         digest=blocks.digest(list(graph.nodes)),
     )
 
