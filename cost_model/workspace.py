@@ -31,9 +31,7 @@ _FLOAT = 4  # the kernels accumulate in float for float, half and bfloat16 input
 Shape = tuple[Sequence[int], int]  # (sizes, itemsize) of one tensor input
 
 
-def workspace_bytes(
-    op: object, device_type: str, inputs: Sequence[Shape], *, replayed: object = None
-) -> int:
+def workspace_bytes(op: object, device_type: str, inputs: Sequence[Shape], *, replayed: object = None) -> int:
     """Temporary bytes of ``op`` on ``device_type`` given its tensor inputs, in argument
     order. ``replayed``: for ``run_with_rng_state`` (inputs: the state, then the replayed
     op's), the op it replays."""
