@@ -199,9 +199,11 @@ def test_a_product_inductor_fuses_into_a_later_sum_is_lowered_beside_it() -> Non
         assert ("a" in home.inputs) is beside
 
 
-def _shared_value_graph(reader: torch._ops.OpOverload) -> tuple[torch.fx.GraphModule, str]:
+def _shared_value_graph(
+    reader: torch._ops.OpOverload, *, gather: bool = False
+) -> tuple[torch.fx.GraphModule, str]:
     """A value made before four blocks from an input (``x * 2``, as Llama's rotary cos and
-    sin), read by ``reader`` in each of them."""
+    sin; with ``gather``, rows of ``x`` as an embedding), read by ``reader`` in each."""
     graph = torch.fx.Graph()
 
     def node(target, args, path: str) -> torch.fx.Node:
@@ -212,7 +214,12 @@ def _shared_value_graph(reader: torch._ops.OpOverload) -> tuple[torch.fx.GraphMo
 
     x, value = graph.placeholder("x"), graph.placeholder("h")
     x.meta["val"], value.meta["val"] = torch.zeros(8, 8), torch.zeros(8, 8)
-    shared = node(torch.ops.aten.mul.Tensor, (x, 2.0), "L['self'].rotary")
+    if gather:
+        rows = graph.placeholder("rows")
+        rows.meta["val"] = torch.zeros(8, dtype=torch.long)
+        shared = node(torch.ops.aten.embedding.default, (x, rows), "L['self'].embed")
+    else:
+        shared = node(torch.ops.aten.mul.Tensor, (x, 2.0), "L['self'].rotary")
     for block in range(4):
         for _ in range(composed.MIN_PIECE_NODES):
             value = node(torch.ops.aten.relu.default, (value,), f"L['self'].layers.{block}")
@@ -224,9 +231,12 @@ def _shared_value_graph(reader: torch._ops.OpOverload) -> tuple[torch.fx.GraphMo
 def test_a_value_inductor_computes_in_each_pointwise_reader_is_copied_into_each_piece() -> None:
     """Read only by pointwise kernels, a light value is never a buffer of the whole graph:
     each piece computes it from its input (Llama's rotary cos and sin were held across the
-    backward: +0.78% on 6 layers, +2% on 24). Read by an ``mm``, Inductor realizes it once."""
-    for reader, copied in ((torch.ops.aten.add.Tensor, True), (torch.ops.aten.mm.default, False)):
-        graph, shared = _shared_value_graph(reader)
+    backward: +0.78% on 6 layers), and so is an embedding, a gather Inductor lowers to
+    pointwise loops (+1.6% on 24). Read by an ``mm``, Inductor realizes the value once."""
+    add, mm = torch.ops.aten.add.Tensor, torch.ops.aten.mm.default
+    cases = ((add, False, True), (add, True, True), (mm, False, False), (mm, True, False))
+    for reader, gather, copied in cases:
+        graph, shared = _shared_value_graph(reader, gather=gather)
         pieces = composed.split(graph, "L['self'].layers")
         readers = [p for p in pieces if any(n.target is reader for n in p.graph.nodes)]
         assert len(readers) == 4
