@@ -637,5 +637,5 @@ def shape_env_hints(shape_env: ShapeEnv | None, values: dict[Any, int]) -> Itera
 def lazy_graph_module(root: torch.nn.Module, graph: fx.Graph) -> fx.GraphModule:
     """A GraphModule whose Python code is generated when first run or read, not when built:
     the peak search builds several graphs per plan and runs only the chosen plan's (on a
-    12-layer model, codegen was an eighth of the partitioner's time)."""
+    12-layer Llama, codegen was an eighth of the partitioner's time under cProfile)."""
     return _LazyGraphModule(root, graph)

@@ -148,8 +148,9 @@ def _inlined_values(graph: fx.Graph) -> frozenset[fx.Node]:
     input, which would be a buffer the whole graph never allocates:
 
     - constructors, and views of them (a gradient's zeros, an index range);
-    - light pointwise values read only by pointwise kernels (``_fused_into_readers``):
-      Llama's rotary cos and sin, read by every block, never realized whole-graph.
+    - light pointwise values (and embeddings) read only by pointwise kernels
+      (``_fused_into_readers``): Llama's rotary cos and sin and GPT-2's causal mask, read
+      by every block.
 
     Not a pointwise value an extern kernel reads: Inductor realizes it once, between the
     first reader and the last, and copied into each piece it would be missed."""
