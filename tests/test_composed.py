@@ -29,7 +29,7 @@ pytest.importorskip("transformers")
 from benchmarks import hf_models
 
 LAYERS, SEQ = 4, 128
-TOLERANCE = 0.01  # composed against whole-graph lowering, and predicted against measured
+TOLERANCE = 0.01  # predicted (and the compiled graphs' plan) against measured
 
 
 def _llama() -> torch.nn.Module:
@@ -112,10 +112,11 @@ def _partitioned(name: str, budget: float):
     return forward, backward, report, joint
 
 
-@pytest.mark.parametrize(("name", "budget"), [("llama", 0.5), ("gpt2", 1.0), ("gpt2", 0.5)])
+@pytest.mark.parametrize(("name", "budget"), [("llama", 0.5), ("llama", 0.0), ("gpt2", 1.0), ("gpt2", 0.5)])
 def test_composed_peak_equals_the_whole_graph_lowering(name, budget) -> None:
-    """GPT-2 at 0.5: per-block segment plans, whose causal mask Inductor computes in each
-    reader (``composed._inlined_values``); it was a buffer between pieces, +3.3%."""
+    """To the byte. Values Inductor computes in each reader (``composed._inlined_values``)
+    were buffers between pieces before: Llama's rotary tables at 0 (+3.0%) and GPT-2's
+    causal mask in its per-block segment plans at 0.5 (+3.3%)."""
     forward, backward, report, joint = _partitioned(name, budget)
     assert any("peaks composed" in note for note in report.notes), report.notes
     planner = composed.for_graph(joint.module)
@@ -126,7 +127,7 @@ def test_composed_peak_equals_the_whole_graph_lowering(name, budget) -> None:
     pieces = inductor_memory.predict_peak(
         forward, backward, num_user_outputs=users, hints=hints, planner=planner.plan_graph
     )
-    assert abs(pieces.peak_bytes / whole.peak_bytes - 1) <= TOLERANCE
+    assert pieces.peak_bytes == whole.peak_bytes, (pieces.peak_bytes, whole.peak_bytes)
     # One lowering per distinct piece: the layers the plan treats alike are lowered once.
     assert len(composed.split(backward, planner.repeated.container)) >= LAYERS
     assert planner.lowered < planner.asked
