@@ -27,7 +27,7 @@ partitioning. Every private torch name it uses comes through ``torch_internals``
 from .calibrate import calibrate
 from .device import PROFILES, DeviceProfile, get_profile
 from .hints import DEFAULT_UNBACKED_HINT, SizeHints
-from .kinds import MATRIX_KINDS, OpKind, classify, is_constructor
+from .kinds import MATRIX_KINDS, OpKind, base_name, classify, is_constructor
 from .measure import OpTimes, ProfilingStats, default_cache_dir, measure_op_times
 from .memory import tensor_bytes
 from .node_cost import ConcreteCost, NodeCost, node_cost
@@ -45,6 +45,7 @@ __all__ = [
     "OpTimes",
     "ProfilingStats",
     "SizeHints",
+    "base_name",
     "calibrate",
     "classify",
     "default_cache_dir",

@@ -164,17 +164,19 @@ def test_compiled_deep_llama_predicted_and_gradients_equal_eager(caplog) -> None
     assert_same_step(run_step(_llama(), _tokens(), backend=backend), run_step(_llama(), _tokens()))
 
 
+def _call(graph: torch.fx.Graph, target, args: tuple, path: str) -> torch.fx.Node:
+    """A node of ``graph`` with its value and the module path that places it in a block."""
+    created = graph.call_function(target, args)
+    created.meta["val"] = target(*[a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in args])
+    created.meta["nn_module_stack"] = {path: (path, torch.nn.Module)}
+    return created
+
+
 def _tied_sum_graph(dtype: torch.dtype) -> torch.fx.GraphModule:
     """The shape of a tied weight's gradient: an ``mm`` at the start (outside the blocks),
     a chain through four blocks, and the sum of the two gradients at the end."""
     graph = torch.fx.Graph()
-
-    def node(target, args, path: str) -> torch.fx.Node:
-        created = graph.call_function(target, args)
-        created.meta["val"] = target(*[a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in args])
-        created.meta["nn_module_stack"] = {path: (path, torch.nn.Module)}
-        return created
-
+    node = functools.partial(_call, graph)
     inputs = []
     for name, shape in (("a", (8, 4)), ("b", (4, 8)), ("c", (8, 8))):
         inputs.append(graph.placeholder(name))
@@ -206,13 +208,7 @@ def _shared_value_graph(
     """A value made before four blocks from an input (``x * 2``, as Llama's rotary cos and
     sin; with ``gather``, rows of ``x`` as an embedding), read by ``reader`` in each."""
     graph = torch.fx.Graph()
-
-    def node(target, args, path: str) -> torch.fx.Node:
-        created = graph.call_function(target, args)
-        created.meta["val"] = target(*[a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in args])
-        created.meta["nn_module_stack"] = {path: (path, torch.nn.Module)}
-        return created
-
+    node = functools.partial(_call, graph)
     x, value = graph.placeholder("x"), graph.placeholder("h")
     x.meta["val"], value.meta["val"] = torch.zeros(8, 8), torch.zeros(8, 8)
     if gather:

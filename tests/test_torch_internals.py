@@ -38,6 +38,7 @@ CONFIG_SETTINGS = {
         "fx_graph_cache",
         "max_autotune",
         "max_autotune_gemm",
+        "realize_reads_threshold",
     ),
 }
 NOT_CALLABLE = {

@@ -33,7 +33,7 @@ import sympy
 import torch
 from torch import fx
 
-from cost_model import is_constructor
+from cost_model import base_name, is_constructor
 from recompute_pass import torch_internals as ti
 from recompute_pass.graph import blocks
 from recompute_pass.memory.inductor_memory import Event, GraphPlan, keeps_order, plan_graph
@@ -185,7 +185,7 @@ def _fused_into_readers(node: fx.Node, inlined: set[fx.Node]) -> bool:
         if current in chain:
             continue
         chain.add(current)
-        if current.target.__name__.split(".")[0] in _HEAVY_ON_REUSE:  # type: ignore[union-attr]
+        if base_name(current.target) in _HEAVY_ON_REUSE:
             return False
         for used in current.all_input_nodes:
             if used in inlined or _fused_into_its_user(used):
