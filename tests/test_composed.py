@@ -202,6 +202,29 @@ def test_a_product_inductor_fuses_into_a_later_sum_is_lowered_beside_it() -> Non
         assert ("a" in home.inputs) is beside
 
 
+def test_a_block_is_one_piece_whatever_stacks_its_nodes_carry() -> None:
+    """Inside a block's span, a node of a shared module (a backward's rotary tables, rebuilt
+    there) and a short run CSE left with another block's stack stay in the block's piece:
+    cut apart, the first block of a deep backward made two pieces no other block shared."""
+    graph = torch.fx.Graph()
+    node = functools.partial(_call, graph)
+    x, value = graph.placeholder("x"), graph.placeholder("h")
+    x.meta["val"], value.meta["val"] = torch.zeros(8, 8), torch.zeros(8, 8)
+    mm = torch.ops.aten.mm.default  # not computed in its readers, as a pointwise op would be
+    for block in range(4):
+        path = f"L['self'].layers.{block}"
+        for _ in range(composed.MIN_PIECE_NODES):
+            value = node(mm, (value, x), path)
+        shared = node(mm, (x, x), "L['self'].rotary")
+        value = node(mm, (value, shared), "L['self'].layers.0")
+        for _ in range(composed.MIN_PIECE_NODES):
+            value = node(mm, (value, x), path)
+    graph.output((value,))
+    pieces = composed.split(torch.fx.GraphModule(torch.nn.Module(), graph), "L['self'].layers")
+    assert len(pieces) == 4
+    assert len({piece.digest for piece in pieces}) == 1
+
+
 def _shared_value_graph(
     reader: torch._ops.OpOverload, *, gather: bool = False
 ) -> tuple[torch.fx.GraphModule, str]:

@@ -144,7 +144,8 @@ saved: 65,664 B in 14 activations (+9 static inputs)
 recomputed: 26 ops, 24,832 FLOP, est. 49.7 ns
 predicted peak: 146,692 B (backward: mul#6; graph model)
 gradients: 12,704 of 12,960 static-input elements in 12 of 13 tensors (parameters, buffers)
-note: peak search over 16 plans, 2 checked
+note: budget 1: the range's low end is estimated, not checked
+note: peak search over 16 plans, 1 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
      105,412        62.9 us

@@ -25,6 +25,8 @@ the chosen plan, and a composition more than 1% from it is warned of (``audit``)
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -42,43 +44,48 @@ from recompute_pass.memory.inductor_memory import Event, GraphPlan, keeps_order,
 @dataclass(frozen=True)
 class Piece:
     """A run of one block's nodes as a graph of its own: placeholders ``in0``, ``in1``, ...
-    stand for ``inputs`` (the outer graph's names), the output tuple for ``outputs``."""
+    stand for ``inputs`` (the outer graph's names), the output tuple for ``outputs``.
+    Described by ``recipe``, and built as a graph only when lowered: most pieces are alike
+    ones lowered before, known by ``digest``."""
 
-    graph: fx.Graph
+    recipe: tuple[tuple[fx.Node, bool], ...]  # outer nodes in piece order; True: an input
     root: fx.GraphModule  # what get_attr nodes read
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
+    live_out: tuple[fx.Node, ...]  # what later pieces or the graph's output read
     last_used: frozenset[str]  # inputs whose last use in the outer graph is here
     digest: str
 
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return tuple(node.name for node, is_input in self.recipe if is_input)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return tuple(node.name for node in self.live_out)
+
+    @functools.cached_property
+    def graph(self) -> fx.Graph:
+        graph = fx.Graph()
+        env: dict[fx.Node, fx.Node] = {}
+        inputs = 0
+        for node, is_input in self.recipe:
+            if is_input:
+                env[node] = graph.placeholder(f"in{inputs}")
+                env[node].meta = dict(node.meta)
+                inputs += 1
+            else:
+                env[node] = graph.node_copy(node, env.__getitem__)
+        graph.output(tuple(env[node] for node in self.live_out))
+        return graph
+
     def module(self) -> fx.GraphModule:
-        """The piece to lower, made only when it is (most pieces are alike ones lowered
-        before), and lazily: its Python code is never needed."""
+        """The piece to lower, lazily: its Python code is never needed."""
         return ti.lazy_graph_module(self.root, self.graph)
 
 
 def split(graph: fx.GraphModule, container: str) -> list[Piece]:
-    """``graph`` cut at its blocks, in graph order. A node without a module stack joins
-    the run it is in; a ``getitem`` joins its source, so no piece returns a tuple."""
-    of_node = blocks.labels(graph.graph, container)
-    runs: list[list[fx.Node]] = []
-    current: int | None = None
-    piece_of: dict[fx.Node, int] = {}
-    for node in graph.graph.nodes:
-        if node.op in ("placeholder", "output"):
-            continue
-        if node.target is operator.getitem and isinstance(node.args[0], fx.Node) and node.args[0] in piece_of:
-            index = piece_of[node.args[0]]
-            runs[index].append(node)
-            piece_of[node] = index
-            continue
-        label = of_node.get(node, current)
-        if not runs or label != current:
-            runs.append([])
-            current = label
-        runs[-1].append(node)
-        piece_of[node] = len(runs) - 1
-    runs = _merged(runs)
+    """``graph`` cut at its blocks, in graph order (``_runs``); a ``getitem`` joins its
+    source, so no piece returns a tuple."""
+    runs = _merged(_runs(graph.graph, container))
     piece_of = {node: index for index, nodes in enumerate(runs) for node in nodes}
     for node in [n for nodes in runs for n in nodes]:
         user = _fused_later(node, piece_of)
@@ -90,6 +97,43 @@ def split(graph: fx.GraphModule, container: str) -> list[Piece]:
     inlined = _inlined_values(graph.graph)
     readers = _readers(graph.graph, piece_of, inlined, len(runs))
     return [_piece(graph, nodes, index, readers, inlined, len(runs)) for index, nodes in enumerate(runs)]
+
+
+def _runs(graph: fx.Graph, container: str) -> list[list[fx.Node]]:
+    """Runs of one block's nodes, cut where the block changes, and the runs before the
+    first block's node and after the last's. Between those, a node of no block joins the
+    run it is in (a shared module's value rebuilt in a block's backward: rotary tables),
+    and so does a short run of another block between two runs of one (a value CSE merged
+    across blocks keeps the first block's stack). Cut apart, they split one block of a
+    deep backward in two pieces no other block shares."""
+    of_node = blocks.labels(graph, container)
+    nodes = [n for n in graph.nodes if n.op not in ("placeholder", "output")]
+    inside = [p for p, n in enumerate(nodes) if of_node.get(n, blocks.OUTSIDE) != blocks.OUTSIDE]
+    if not inside:
+        return [nodes] if nodes else []
+    runs: list[tuple[int, list[fx.Node]]] = [(blocks.OUTSIDE, nodes[: inside[0]])]
+    home = dict.fromkeys(runs[0][1], 0)  # node -> its run
+    for position, node in enumerate(nodes[inside[0] :], start=inside[0]):
+        label = of_node.get(node, blocks.OUTSIDE)
+        source = node.args[0] if node.target is operator.getitem else None
+        if isinstance(source, fx.Node) and source in home:
+            runs[home[source]][1].append(node)  # a tuple's parts stay with it
+            home[node] = home[source]
+            continue
+        if position > inside[-1]:
+            label = blocks.OUTSIDE  # past the last block's node
+        elif label == blocks.OUTSIDE:
+            label = runs[-1][0]
+        if label != runs[-1][0]:
+            if len(runs) >= 3 and runs[-2][0] == label and len(runs[-1][1]) < MIN_PIECE_NODES:
+                _, stray = runs.pop()  # an interruption: back to the run before it
+                runs[-1][1].extend(stray)
+                home.update(dict.fromkeys(stray, len(runs) - 1))
+            else:
+                runs.append((label, []))
+        runs[-1][1].append(node)
+        home[node] = len(runs) - 1
+    return [run for _, run in runs if run]
 
 
 def _readers(
@@ -239,38 +283,38 @@ def _piece(
     inlined: frozenset[fx.Node],
     outside: int,
 ) -> Piece:
-    graph = fx.Graph()
-    env: dict[fx.Node, fx.Node] = {}
-    inputs: list[fx.Node] = []
+    recipe: list[tuple[fx.Node, bool]] = []
+    placed: set[fx.Node] = set()
 
-    def value(node: fx.Node) -> fx.Node:
-        if node not in env and node in inlined:  # recomputed where read, as Inductor does
-            env[node] = graph.node_copy(node, value)
-        if node not in env:  # defined outside the piece: an input
-            placeholder = graph.placeholder(f"in{len(inputs)}")
-            placeholder.meta = dict(node.meta)
-            env[node] = placeholder
-            inputs.append(node)
-        return env[node]
+    def place(node: fx.Node) -> None:
+        if node in placed:
+            return
+        if node in inlined:  # recomputed where read, as Inductor does
+            for used in node.all_input_nodes:
+                place(used)
+        placed.add(node)
+        recipe.append((node, node not in inlined))  # else defined outside: an input
 
     for node in nodes:
         for used in node.all_input_nodes:
-            value(used)
-        env[node] = graph.node_copy(node, value)
+            place(used)
+        placed.add(node)
+        recipe.append((node, False))
 
     def read_later(node: fx.Node) -> bool:
         pieces = readers.get(node, set())
         return outside in pieces or (node not in inlined and any(p != index for p in pieces))
 
     live_out = [n for n in nodes if read_later(n)]
-    graph.output(tuple(env[n] for n in live_out))
+    computed = [node for node, is_input in recipe if not is_input]
+    position = {node: i for i, node in enumerate(computed)}
+    outputs = ",".join(str(position[n]) for n in live_out)
     return Piece(
-        graph=graph,
+        recipe=tuple(recipe),
         root=root,
-        inputs=tuple(n.name for n in inputs),
-        outputs=tuple(n.name for n in live_out),
-        last_used=frozenset(n.name for n in inputs if max(readers[n]) == index),
-        digest=blocks.digest(list(graph.nodes)),
+        live_out=tuple(live_out),
+        last_used=frozenset(n.name for n, is_input in recipe if is_input and max(readers[n]) == index),
+        digest=f"{blocks.digest(computed)}:{hashlib.sha256(outputs.encode()).hexdigest()[:8]}",
     )
 
 

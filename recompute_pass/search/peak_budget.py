@@ -18,7 +18,8 @@ budget never gives a higher peak. Plans are ranked by a fast estimate (the graph
 the joint graph, ``plan_peak``); the peaks that set the range and decide are the exact
 predictions of the plans on the estimate's peak/cost Pareto front (``_checked``), the
 same plans at every budget below 1. Budget 1 is the fastest plan's own peak, so only a plan
-as cheap can be chosen over it: only those and the range's two ends are checked there.
+as cheap can be chosen over it: only those are checked there, and the range's low end,
+which the report states but the choice does not need, is the estimate's.
 """
 
 from __future__ import annotations
@@ -130,14 +131,13 @@ def choose_by_peak(
     # The plans checked do not depend on the budget, so a lower budget can only remove
     # plans from those that fit: the chosen peak never rises as the budget falls.
     checked = _checked(scored, fastest, scorer.checks)
-    if cap is None and ratio == 1:
+    top_only = cap is None and ratio == 1
+    if top_only:
         # Budget 1 is the fastest plan's own peak, which it fits: only a plan as cheap can be
-        # chosen over it (ties go to the lower peak: an offload plan, say), so only those and
-        # the range's low end, for the report, are checked.
+        # chosen over it (ties go to the lower peak: an offload plan, say), so only those are
+        # checked, and the range's low end, for the report only, is the estimate's.
         cheapest = scored[fastest][1] * (1 + 1e-9)
-        checked = list(
-            dict.fromkeys([fastest, checked[0], *(p for p in checked if scored[p][1] <= cheapest)])
-        )
+        checked = [p for p in checked if scored[p][1] <= cheapest]
     stop = deadline if check_deadline is None else check_deadline
     for plan in [fastest, *(p for p in checked if p != fastest)]:  # the range's top first
         if exact and time.monotonic() > stop:
@@ -149,6 +149,13 @@ def choose_by_peak(
         exact_of(plan)
     max_peak = exact[fastest]
     min_peak = min(exact.values())
+    lowest = min(exact, key=lambda p: (exact[p], scored[p][1]))
+    ends = (min_peak, scored[lowest][0]), (max_peak, scored[fastest][0])
+    if top_only:
+        estimated = min(peak for peak, _ in scored.values())
+        if estimated < min_peak:
+            min_peak, ends = estimated, ((estimated, estimated), ends[1])
+            notes.append("budget 1: the range's low end is estimated, not checked")
     if cap is None:
         assert ratio is not None
         budget = min_peak + int((max_peak - min_peak) * ratio)
@@ -163,8 +170,6 @@ def choose_by_peak(
             )
             notes.append(f"peak cap {cap} B infeasible; lowest-peak plan used")
             budget = min_peak
-    lowest = min(exact, key=lambda p: (exact[p], scored[p][1]))
-    ends = (min_peak, scored[lowest][0]), (max_peak, scored[fastest][0])
     for found in scorer.optimum(estimate_caps(budget, *ends), deadline):
         scored.setdefault(found, (scorer.estimate(found), found.cost(problem)))
         exact_of(found)
