@@ -120,7 +120,7 @@ def assert_valid(call: Partitioned) -> None:
     plan, problem, decision = call.decision.plan, call.problem, call.decision
     assert plan.violations(problem) == []
     assert plan.size(problem) <= decision.budget_bytes
-    if decision.budget_ratio is not None:
+    if decision.budget_ratio is not None and decision.min_bytes is not None:
         span = decision.max_bytes - decision.min_bytes
         assert decision.budget_bytes == decision.min_bytes + int(span * decision.budget_ratio)
     assert random_ops_in(call.partition.backward) == []

@@ -101,13 +101,17 @@ def test_gradients_equal_eager_and_windows_hold(
 
 def test_offload_lowers_the_peak_at_the_same_cost(eager: object) -> None:
     """At budget 1 (the fastest plan's peak) the plan with offload recomputes no more and
-    peaks lower than the one without; the range's low end is lower too."""
+    peaks lower than the one without; at budget 0, the range's low end is lower too."""
     plain = run_step(build(CASE), case_inputs(CASE), backend=_backend(offload=False)).reports[0]
     offload = run_step(build(CASE), case_inputs(CASE), backend=_backend()).reports[0]
     assert offload.estimated_step_overhead <= plain.estimated_step_overhead * (1 + 1e-9)
     assert offload.predicted_peak_bytes < plain.predicted_peak_bytes
-    assert offload.min_bytes < plain.min_bytes
     assert not plain.offloaded and plain.solver == "peak"
+    plain, offload = (
+        run_step(build(CASE), case_inputs(CASE), backend=_backend(memory_budget=0.0, offload=on)).reports[0]
+        for on in (False, True)
+    )
+    assert offload.min_bytes < plain.min_bytes
 
 
 @pytest.mark.parametrize("budget", [1.0, 0.0])

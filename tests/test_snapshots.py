@@ -139,20 +139,15 @@ recomputed (views, free, not listed: 38):
             report_text("gpt_block", memory_budget=1.0),
             """\
 solver: peak, device: cpu
-budget (peak): ratio 1 -> 146,692 B (range 105,412..146,692 B)
+budget (peak): ratio 1 -> 146,692 B (range ?..146,692 B)
 saved: 65,664 B in 14 activations (+9 static inputs)
 recomputed: 26 ops, 24,832 FLOP, est. 49.7 ns
 predicted peak: 146,692 B (backward: mul#6; graph model)
 gradients: 12,704 of 12,960 static-input elements in 12 of 13 tensors (parameters, buffers)
-note: budget 1: the range's low end is estimated, not checked
-note: peak search over 16 plans, 1 checked
+note: budget 1: only plans as cheap as the fastest searched
+note: peak search over 1 plans, 1 checked
 frontier (what other budgets buy):
   peak bytes  est. overhead
-     105,412        62.9 us
-     120,900        52.5 us
-     126,148        42.7 us
-     131,332        32.4 us
-     138,500        22.2 us
      146,692        1.44 us
 saved activations:
   name                                     shape           dtype     bytes

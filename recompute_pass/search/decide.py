@@ -35,7 +35,7 @@ class Decision:
     notes: tuple[str, ...]
     budget_ratio: float | None  # None when an absolute budget was given
     budget_bytes: int
-    min_bytes: int
+    min_bytes: int | None  # None: not searched (a peak budget of 1)
     max_bytes: int
     solve_seconds: float
     frontier: tuple[Plan, ...]  # the memory/cost hull, what other budgets would buy
