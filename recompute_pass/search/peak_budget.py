@@ -144,8 +144,6 @@ def choose_by_peak(
         exact_of(plan)
     max_peak = exact[fastest]
     min_peak = min(exact.values())
-    lowest = min(exact, key=lambda p: (exact[p], scored[p][1]))
-    ends = (min_peak, scored[lowest][0]), (max_peak, scored[fastest][0])
     if cap is None:
         assert ratio is not None
         budget = min_peak + int((max_peak - min_peak) * ratio)
@@ -160,6 +158,8 @@ def choose_by_peak(
             )
             notes.append(f"peak cap {cap} B infeasible; lowest-peak plan used")
             budget = min_peak
+    lowest = min(exact, key=lambda p: (exact[p], scored[p][1]))
+    ends = (min_peak, scored[lowest][0]), (max_peak, scored[fastest][0])
     for found in scorer.optimum(estimate_caps(budget, *ends), deadline):
         scored.setdefault(found, (scorer.estimate(found), found.cost(problem)))
         exact_of(found)
