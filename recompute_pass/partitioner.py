@@ -9,7 +9,7 @@ import hashlib
 import logging
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -289,10 +289,10 @@ class JointScorer:
         order = self.schedule.backward_order(set(nodes.saved), set(nodes.recomputed))
         return for_order(self.offload, self.costed, order)
 
-    def optimum(self, caps: Sequence[int], deadline: float) -> list[Plan]:
+    def optimum(self, caps: Callable[[], Sequence[int]], deadline: float) -> list[Plan]:
         """Small graphs: the exact MILP over the walk's peak (built only when the search asks)."""
         solver = PeakSolver.of(self.costed, self.schedule, time_limit=self.time_limit)
-        return [] if solver is None else solver.plans(caps, deadline)
+        return [] if solver is None else solver.plans(caps(), deadline)
 
 
 def realize(

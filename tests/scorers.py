@@ -32,5 +32,5 @@ class FakeScorer:
     def windows(self, plan: Plan) -> OffloadProblem:
         raise AssertionError("no offload in this scorer")
 
-    def optimum(self, caps: Sequence[int], deadline: float) -> list[Plan]:
-        return [] if self.optimum_of is None else self.optimum_of(caps, deadline)
+    def optimum(self, caps: Callable[[], Sequence[int]], deadline: float) -> list[Plan]:
+        return [] if self.optimum_of is None else self.optimum_of(caps(), deadline)

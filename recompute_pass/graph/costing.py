@@ -33,11 +33,11 @@ from cost_model import (
     OpKind,
     OpTimes,
     SizeHints,
+    classify,
     estimate_runtime,
     get_profile,
     is_constructor,
     measure_op_times,
-    node_cost,
     tensor_bytes,
 )
 from recompute_pass.graph import blocks
@@ -55,7 +55,7 @@ def fuses(node: fx.Node) -> bool:
     expression: rebuilding ``nll_loss``'s one-hot mask from ``iota`` and ``full`` in
     backward costs nothing, where pricing each as a kernel launch made saving the
     logits-sized mask look cheaper)."""
-    return node_cost(node).kind in FUSIBLE or is_constructor(node)
+    return classify(node) in FUSIBLE or is_constructor(node)
 
 
 # Matched against the device name, first wins: "gh200" before "h200", which it contains.

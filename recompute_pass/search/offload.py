@@ -11,7 +11,7 @@ offloads saves more for the same peak, so the choice at a budget recomputes less
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from recompute_pass.offloading.problem import OffloadProblem
@@ -71,7 +71,7 @@ class OffloadSearch:
                 plan.cost(problem),
                 sum(problem.items[i].size for i in plan.offloaded),
             )
-            for plan, peak in self.estimates.items()
+            for plan, peak in {**self.estimates, **self.exact}.items()
         }
         kept = [
             p
@@ -107,5 +107,5 @@ class _Recording:
     def windows(self, plan: Plan) -> OffloadProblem:
         return self.scorer.windows(plan)
 
-    def optimum(self, caps: Sequence[int], deadline: float) -> list[Plan]:
+    def optimum(self, caps: Callable[[], Sequence[int]], deadline: float) -> list[Plan]:
         return self.scorer.optimum(caps, deadline)

@@ -160,7 +160,7 @@ def choose_by_peak(
             budget = min_peak
     lowest = min(exact, key=lambda p: (exact[p], scored[p][1]))
     ends = (min_peak, scored[lowest][0]), (max_peak, scored[fastest][0])
-    for found in scorer.optimum(estimate_caps(budget, *ends), deadline):
+    for found in scorer.optimum(lambda: estimate_caps(budget, *ends), deadline):
         scored.setdefault(found, (scorer.estimate(found), found.cost(problem)))
         exact_of(found)
     fitting = [p for p in exact if exact[p] <= budget]
@@ -179,7 +179,8 @@ def _at_budget_one(
     (at 48 layers the walk over the family's 33 plans took 3 s of 11)."""
     cheapest = fastest.cost(problem) * (1 + 1e-9)
     tied = [p for p in dict.fromkeys(family) if p.cost(problem) <= cheapest]
-    found = scorer.optimum([scorer.estimate(fastest)], deadline)  # small graphs: an equally cheap plan
+    # Small graphs: an equally cheap plan the MILP finds (deep ones skip it, and the estimate).
+    found = scorer.optimum(lambda: [scorer.estimate(fastest)], deadline)
     tied += [p for p in found if p.cost(problem) <= cheapest and p not in tied]
     exact = {plan: scorer.exact(plan) for plan in tied}
     cap = exact[fastest]

@@ -9,7 +9,7 @@ a peak is a new implementation, not one more callable threaded through ``decide`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from recompute_pass.offloading.problem import OffloadProblem
@@ -36,6 +36,7 @@ class PlanScorer(Protocol):
         """The offload windows in this plan's own backward order (only asked with ``offload``)."""
         ...
 
-    def optimum(self, caps: Sequence[int], deadline: float) -> list[Plan]:
-        """The cheapest plans at these estimated peaks (``peak_milp``; none on large graphs)."""
+    def optimum(self, caps: Callable[[], Sequence[int]], deadline: float) -> list[Plan]:
+        """The cheapest plans at the estimated peaks ``caps()`` gives (``peak_milp``; none
+        on large graphs, where ``caps`` is not called: estimating a deep plan takes time)."""
         ...
