@@ -150,13 +150,14 @@ def test_a_peak_budget_without_a_scorer_is_a_clear_error() -> None:
 def test_budget_one_checks_only_the_fastest_plan_and_chooses_it() -> None:
     """At budget 1 the cap is the fastest plan's own exact peak, which it fits, and it is
     the cheapest plan: the other plans' exact peaks cannot change the choice, so only it is
-    checked, and the range's low end is left unknown, said in a note. The plan equals the
-    one a check of every plan gives."""
+    checked, and the range's low end is left unknown, said in a note. Nothing is estimated
+    where no MILP is built. The plan equals the one a check of every plan gives."""
     estimate = {p: exact_peak(p) + 7 * i for i, p in enumerate(FAMILY)}  # not the exact ranking
     lazy = FakeScorer(estimate.__getitem__, exact_peak, checks=len(FAMILY))
     choice = _choose(lazy, ratio=1.0)
     assert choice.plan == FRONTIER[-1]
     assert lazy.checked == [FRONTIER[-1]]
+    assert lazy.estimated == []  # no MILP here (a deep graph's case): its cap is not estimated
     assert choice.max_peak == choice.cap == exact_peak(FRONTIER[-1])
     assert choice.min_peak is None and "only plans as cheap as the fastest" in choice.notes[0]
     assert f"{len(lazy.checked)} checked" in choice.notes[-1]
