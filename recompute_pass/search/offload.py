@@ -66,12 +66,8 @@ class OffloadSearch:
         """(peak, estimated overhead, offloaded bytes) that no other scored plan beats on
         all three, lowest peak first; exact peaks where known."""
         points = {
-            (
-                self.exact.get(plan, peak),
-                plan.cost(problem),
-                sum(problem.items[i].size for i in plan.offloaded),
-            )
-            for plan, peak in {**self.estimates, **self.exact}.items()
+            (peak, plan.cost(problem), sum(problem.items[i].size for i in plan.offloaded))
+            for plan, peak in {**self.estimates, **self.exact}.items()  # exact peaks win
         }
         kept = [
             p
