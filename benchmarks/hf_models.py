@@ -71,6 +71,49 @@ def llama(*, vocab: int, seq: int, dim: int, heads: int, hidden: int, layers: in
     return CausalLMLoss(LlamaForCausalLM(config))
 
 
+def architecture(name: str, *, vocab: int, dim: int, heads: int, layers: int) -> CausalLMLoss:
+    """One of ``ARCHITECTURES`` from a small config (random weights, no dropout, no cache):
+    the models beyond the zoo's two, to check that nothing is tuned to those. The MLP width
+    is SwiGLU's 8/3 of ``dim``, rounded to 8."""
+    import transformers
+
+    config_name, model_name, extra = ARCHITECTURES[name]
+    hidden = (8 * dim // 3 + 7) // 8 * 8
+    shape = dict(vocab_size=vocab, hidden_size=dim, num_hidden_layers=layers, num_attention_heads=heads)
+    config = getattr(transformers, config_name)(**shape, **_width(name, hidden), **extra)
+    if name != "bert":
+        config.use_cache = False
+    model = getattr(transformers, model_name)(config)
+    # Without an explicit loss type the model resolves it at run time: a graph break.
+    model.loss_type = "ForMaskedLM" if name == "bert" else "ForCausalLM"
+    return CausalLMLoss(model)
+
+
+def _width(name: str, hidden: int) -> dict[str, int]:
+    return {"ffn_dim": hidden} if name == "opt" else {"intermediate_size": hidden}
+
+
+_NO_DROPOUT = {"attention_dropout": 0.0}
+_BERT_NO_DROPOUT = {"attention_probs_dropout_prob": 0.0}
+# name: (config class, model class, config beyond the shape). What each adds over the zoo:
+ARCHITECTURES: dict[str, tuple[str, str, dict[str, object]]] = {
+    # grouped-query attention, biases on q/k/v
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {"num_key_value_heads": 2}),
+    # tied head, embeddings scaled by sqrt(dim), RMSNorm of (1 + weight), GELU-tanh MLP
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", {"num_key_value_heads": 2, "head_dim": 16}),
+    # parallel attention and MLP from one LayerNorm, partial rotary
+    "phi": ("PhiConfig", "PhiForCausalLM", {"resid_pdrop": 0.0, "embd_pdrop": 0.0, **_NO_DROPOUT}),
+    # fused QKV, parallel residual
+    "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", {"hidden_dropout": 0.0, **_NO_DROPOUT}),
+    # learned positions with an offset, ReLU MLP
+    "opt": ("OPTConfig", "OPTForCausalLM", {"dropout": 0.0, **_NO_DROPOUT}),
+    # a bidirectional encoder, post-LayerNorm, masked-LM loss
+    "bert": ("BertConfig", "BertForMaskedLM", {"hidden_dropout_prob": 0.0, **_BERT_NO_DROPOUT}),
+    # a mixture of experts: a router, top-2 of 4 experts
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", {"num_key_value_heads": 2, "num_local_experts": 4}),
+}
+
+
 def gpt2_blocks(model: nn.Module) -> list[nn.Module]:
     return list(model.model.transformer.h)  # type: ignore[union-attr, arg-type]
 

@@ -87,13 +87,18 @@ def split(graph: fx.GraphModule, container: str) -> list[Piece]:
     source, so no piece returns a tuple."""
     runs = _merged(_runs(graph.graph, container))
     piece_of = {node: index for index, nodes in enumerate(runs) for node in nodes}
+    order = {node: position for position, node in enumerate(graph.graph.nodes)}
     for node in [n for nodes in runs for n in nodes]:
         user = _fused_later(node, piece_of)
-        if user is not None:  # lowered where Inductor will run it: beside its user
-            runs[piece_of[node]].remove(node)
+        if user is None:
+            continue
+        # Lowered where Inductor will run it, beside its user, with the values Inductor
+        # computes only there.
+        for moved in [*sorted(_realized_for(node, piece_of), key=order.__getitem__), node]:
+            runs[piece_of[moved]].remove(moved)
             target = runs[piece_of[user]]
-            target.insert(target.index(user), node)
-            piece_of[node] = piece_of[user]
+            target.insert(target.index(user), moved)
+            piece_of[moved] = piece_of[user]
     inlined = _inlined_values(graph.graph)
     readers = _readers(graph.graph, piece_of, inlined, len(runs))
     return [_piece(graph, nodes, index, readers, inlined, len(runs)) for index, nodes in enumerate(runs)]
@@ -184,6 +189,24 @@ def _fused_later(node: fx.Node, piece_of: dict[fx.Node, int]) -> fx.Node | None:
     except RuntimeError:
         expandable = False
     return user if expandable else None
+
+
+def _realized_for(node: fx.Node, piece_of: dict[fx.Node, int]) -> set[fx.Node]:
+    """The views and pointwise values ``node`` (an extern kernel) reads that nothing else
+    reads: Inductor keeps them unrealized until ``node`` is lowered, so they are computed
+    where it runs, and what they read stays live until there (Gemma's tied head reads the
+    final RMSNorm's output, a pointwise product of the last residual and its rsqrt)."""
+    chain: set[fx.Node] = {node}
+    pending = list(node.all_input_nodes)
+    while pending:
+        value = pending.pop()
+        if value in chain or value not in piece_of or not isinstance(value.target, ti.OpOverload):
+            continue
+        if not (value.target.is_view or _lowered_pointwise(value)) or not set(value.users) <= chain:
+            continue
+        chain.add(value)
+        pending.extend(value.all_input_nodes)
+    return chain - {node}
 
 
 def _inlined_values(graph: fx.Graph) -> frozenset[fx.Node]:
