@@ -32,7 +32,7 @@ from .measure import OpTimes, ProfilingStats, default_cache_dir, measure_op_time
 from .memory import tensor_bytes
 from .node_cost import ConcreteCost, NodeCost, node_cost
 from .runtime import estimate_runtime
-from .workspace import tensor_workspace_bytes, workspace_bytes
+from .workspace import tensor_workspace_bytes, unmodelled_workspace, workspace_bytes
 
 __all__ = [
     "DEFAULT_UNBACKED_HINT",
@@ -56,5 +56,6 @@ __all__ = [
     "node_cost",
     "tensor_bytes",
     "tensor_workspace_bytes",
+    "unmodelled_workspace",
     "workspace_bytes",
 ]

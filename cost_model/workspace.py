@@ -14,6 +14,11 @@ allocation events (torch 2.13), and read off ATen's CPU kernels:
   replayed op runs with its own temporaries.
 
 On CUDA these kernels keep such state in registers and shared memory: nothing.
+
+Not modelled (``unmodelled_workspace``): a CPU matmul in bfloat16 or float16 packs its
+operands through oneDNN into a workspace whose size follows the blocking oneDNN picks (the
+reduction length, the layout, the threads), not the shapes alone: 337,664 B for a
+transposed [512, 256] by [256, 64] in bfloat16 on 2 threads, 75,392 B untransposed.
 """
 
 from __future__ import annotations
@@ -80,3 +85,12 @@ def _numel(sizes: Sequence[int]) -> int:
     for size in sizes:
         total *= size
     return total
+
+
+_PACKED_ON_CPU = frozenset({aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default})
+
+
+def unmodelled_workspace(op: object, device_type: str, dtype: torch.dtype) -> bool:
+    """Whether ``op`` allocates a workspace ``workspace_bytes`` cannot size (a CPU matmul in
+    reduced precision): a peak predicted across it is low by up to that workspace."""
+    return device_type == "cpu" and dtype in (torch.bfloat16, torch.float16) and op in _PACKED_ON_CPU

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import fx
 
+from cost_model import unmodelled_workspace
 from recompute_pass import report_store
 from recompute_pass import torch_internals as ti
 from recompute_pass.extract.extraction import Partition, extract
@@ -146,6 +147,7 @@ def partition(
     if composed_peak:
         assert planner is not None
         peak = _audited(result, peak, costed, options, planner)
+    peak = _with_unmodelled_workspaces(result, peak)
     if peak.compile_patches:  # the config the predicted peak assumes, applied on every route
         result.backward.meta[ti.COMPILE_PATCHES] = dict(peak.compile_patches)
         ti.honour_compile_patches()
@@ -171,6 +173,30 @@ def _audited(
     CompileAudit(result.forward, result.backward, users, hints, peak.peak_bytes).attach()
     note += "; checked against the compiled graphs' own memory plan (logged when Inductor compiles them)"
     return dataclasses.replace(peak, note=_joined(peak.note, note))
+
+
+def _with_unmodelled_workspaces(result: Partition, peak: PeakEstimate) -> PeakEstimate:
+    """A reduced-precision CPU matmul's own workspace is in no prediction
+    (``cost_model.unmodelled_workspace``): said in the report, warned of once per kind."""
+    graphs = (result.forward.graph, result.backward.graph)
+    ops = sorted({str(n.target) for graph in graphs for n in graph.nodes if _packs(n)})
+    if not ops:
+        return peak
+    note = f"the predicted peak leaves out each reduced-precision CPU matmul's workspace ({', '.join(ops)})"
+    _warn_once(note)
+    return dataclasses.replace(peak, note=_joined(peak.note, note))
+
+
+def _packs(node: fx.Node) -> bool:
+    val = node.meta.get("val")
+    if node.op != "call_function" or not isinstance(val, torch.Tensor):
+        return False
+    return unmodelled_workspace(node.target, val.device.type, val.dtype)
+
+
+@functools.cache
+def _warn_once(note: str) -> None:
+    log.warning("recompute_pass: %s: the measured peak may exceed it by up to those workspaces", note)
 
 
 def _joined(*notes: str) -> str:
