@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 import time
 from collections.abc import Sequence
@@ -29,20 +28,10 @@ from pathlib import Path
 import torch
 
 from benchmarks import hf_models
-from benchmarks.finetune import add_shape_arguments, grad_error, measure, save_rows, token_inputs
+from benchmarks.finetune import add_shape_arguments, grad_error, measure, peak_cells, save_rows, token_inputs
+from benchmarks.measure import warnings_logged
 from recompute_pass import recompute_backend
 from recompute_pass import torch_internals as ti
-
-
-class _Warnings(logging.Handler):
-    """The partitioner's warnings during one compile (the audit's among them)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
 
 
 def run_model(name: str, args: argparse.Namespace) -> list[dict[str, object]]:
@@ -61,15 +50,10 @@ def run_model(name: str, args: argparse.Namespace) -> list[dict[str, object]]:
         model = build()
         torch.compiler.reset()
         options = None if backend is None else backend.with_options(memory_budget=budget, fallback=False)
-        warnings = _Warnings()
-        logging.getLogger("recompute_pass").addHandler(warnings)
         started = time.perf_counter()
-        try:
-            with ti.inductor_config.patch(force_disable_caches=True):
-                compiled = torch.compile(model, backend=options or "inductor")
-                peak, grads, reports = measure(model, inputs, compiled)
-        finally:
-            logging.getLogger("recompute_pass").removeHandler(warnings)
+        with warnings_logged() as warnings, ti.inductor_config.patch(force_disable_caches=True):
+            compiled = torch.compile(model, backend=options or "inductor")
+            peak, grads, reports = measure(model, inputs, compiled)
         report = reports[-1] if reports and system == "recompute" else None
         predicted = getattr(report, "predicted_peak_bytes", None)
         row = {
@@ -83,7 +67,7 @@ def run_model(name: str, args: argparse.Namespace) -> list[dict[str, object]]:
             "grad_error": grad_error(grads, eager),
             "graphs": len(reports),
             "checked": next((n for n in getattr(report, "notes", ()) if n.startswith("peak search")), None),
-            "warnings": warnings.messages,
+            "warnings": warnings,
             "seconds": round(time.perf_counter() - started, 1),
         }
         rows.append(row)
@@ -98,9 +82,7 @@ def table(rows: Sequence[dict[str, object]]) -> str:
         "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        error = "" if r["error"] is None else f"{r['error']:+.2%}"
-        predicted = "" if r["predicted_peak"] is None else f"{r['predicted_peak']:,}"
-        budget = "" if r["budget"] is None else f"{r['budget']:g}"
+        budget, predicted, error = peak_cells(r)
         ratio = r["measured_peak"] / r["eager_peak"]
         lines.append(
             f"| {r['model']} | {r['system']} | {budget} | {r['measured_peak']:,} | {ratio:.2f} | {predicted}"

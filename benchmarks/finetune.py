@@ -150,15 +150,23 @@ def run_model(name: str, args: argparse.Namespace) -> list[dict[str, object]]:
     return rows
 
 
+def peak_cells(row: dict[str, object]) -> tuple[str, str, str]:
+    """A row's budget, predicted peak and error as table cells (empty where absent)."""
+    budget, predicted, error = row["budget"], row["predicted_peak"], row["error"]
+    return (
+        "" if budget is None else f"{budget:g}",
+        "" if predicted is None else f"{predicted:,}",
+        "" if error is None else f"{error:+.2%}",
+    )
+
+
 def table(rows: Sequence[dict[str, object]]) -> str:
     lines = [
         "| model | system | budget | path | measured peak (B) | predicted (B) | error | max grad diff |",
         "|---|---|---|---|---:|---:|---:|---:|",
     ]
     for r in rows:
-        error = "" if r["error"] is None else f"{r['error']:+.2%}"
-        predicted = "" if r["predicted_peak"] is None else f"{r['predicted_peak']:,}"
-        budget = "" if r["budget"] is None else f"{r['budget']:g}"
+        budget, predicted, error = peak_cells(r)
         lines.append(
             f"| {r['model']} | {r['system']} | {budget} | {r['path']} | {r['measured_peak']:,} | {predicted}"
             f" | {error} | {r['grad_error']:.1e} |"

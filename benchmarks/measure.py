@@ -6,7 +6,9 @@ compiled frame and what is measured is eager. FLOPs are counted on graphs instea
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -109,3 +111,24 @@ def step_timeline(
         level += nbytes
         timeline.append(("forward" if ns < mark else "backward", level))
     return timeline, loss
+
+
+class _Warnings(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def warnings_logged(logger: str = "recompute_pass") -> Iterator[list[str]]:
+    """The WARNING records of ``logger`` (and its children) logged inside the block."""
+    handler = _Warnings()
+    log = logging.getLogger(logger)
+    log.addHandler(handler)
+    try:
+        yield handler.messages
+    finally:
+        log.removeHandler(handler)

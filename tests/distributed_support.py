@@ -8,9 +8,7 @@ each rank returned: plain, picklable data; the tests assert in the parent.
 
 from __future__ import annotations
 
-import contextlib
-import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -183,24 +181,3 @@ def report_facts(report: Any) -> dict[str, Any]:
         ),
         "saved_static": sorted(s.name for s in report.saved if s.static),
     }
-
-
-class _Count(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
-@contextlib.contextmanager
-def warnings_logged(logger: str = "recompute_pass") -> Iterator[list[str]]:
-    """The WARNING records of ``logger`` (and its children) logged inside the block."""
-    handler = _Count()
-    log = logging.getLogger(logger)
-    log.addHandler(handler)
-    try:
-        yield handler.messages
-    finally:
-        log.removeHandler(handler)

@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from benchmarks.measure import warnings_logged
 from recompute_pass import capture_reports, inductor_backend, recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti
 from tests.distributed_support import (
@@ -28,7 +29,6 @@ from tests.distributed_support import (
     relative_error,
     report_facts,
     run_ranks,
-    warnings_logged,
 )
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed unavailable")
