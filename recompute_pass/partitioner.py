@@ -301,6 +301,19 @@ class JointScorer:
     def exact(self, plan: Plan) -> int:
         return self.estimate(plan) if self.walked else self.realize(plan)[1].peak_bytes
 
+    def floor(self, plan: Plan) -> int:
+        """The bytes the plan saves on the device: the forward's outputs, all allocated when
+        it ends (a view is never saved, ``joint_graph``; a saved input costs nothing). 0 when
+        walked, where a check costs no more than this."""
+        if self.walked:
+            return 0
+        candidates, items = self.costed.joint.candidates, self.costed.problem.items
+        return sum(
+            items[i].size
+            for i in plan.saved - plan.offloaded
+            if i < len(candidates) and candidates[i].node.op != "placeholder"
+        )
+
     def realize(self, plan: Plan) -> tuple[Partition, PeakEstimate]:
         """The plan's graphs and their predicted peak, extracted once per plan."""
         if plan not in self.realized:

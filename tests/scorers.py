@@ -18,6 +18,7 @@ class FakeScorer:
     checks: int = MAX_CHECKED
     offload: OffloadProblem | None = None
     optimum_of: Callable[[Sequence[int], float], list[Plan]] | None = None
+    floor_of: Callable[[Plan], int] = lambda plan: 0
     estimated: list[Plan] = field(default_factory=list)
     checked: list[Plan] = field(default_factory=list)
 
@@ -28,6 +29,9 @@ class FakeScorer:
     def exact(self, plan: Plan) -> int:
         self.checked.append(plan)
         return self.exact_of(plan)
+
+    def floor(self, plan: Plan) -> int:
+        return self.floor_of(plan)
 
     def windows(self, plan: Plan) -> OffloadProblem:
         raise AssertionError("no offload in this scorer")

@@ -165,3 +165,38 @@ def test_budget_one_checks_only_the_fastest_plan_and_chooses_it() -> None:
     fitting = [p for p in FAMILY if exact_peak(p) <= choice.cap]
     best = min(fitting, key=lambda p: (p.cost(PROBLEM), exact_peak(p)))
     assert choice.plan.cost(PROBLEM) == best.cost(PROBLEM)
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "spares"),
+    [("ratio", 0.0, True), ("ratio", 0.3, True), ("ratio", 0.6, False), ("cap", 1800, False)],
+)
+def test_a_floor_spares_checks_and_changes_no_choice(kind: str, value: float, spares: bool) -> None:
+    """With a floor 10% under each plan's exact peak, the search chooses what checking
+    every plan of the front chooses, and checks fewer where a floor rules a plan out (low
+    budgets here: the front's four plans are over them on their floors alone)."""
+    kwargs = {"ratio": value} if kind == "ratio" else {"cap": int(value)}
+    every = FakeScorer(exact_peak, exact_peak, checks=len(FAMILY))
+    bounded = FakeScorer(exact_peak, exact_peak, checks=len(FAMILY), floor_of=_tenth_under)
+    a, b = _choose(every, **kwargs), _choose(bounded, **kwargs)
+    assert (a.plan, a.cap, a.min_peak, a.max_peak) == (b.plan, b.cap, b.min_peak, b.max_peak)
+    assert set(bounded.checked) <= set(every.checked)
+    assert (set(bounded.checked) < set(every.checked)) == spares
+    assert (f"{len(bounded.checked)} checked (" in b.notes[-1]) == spares
+
+
+def _tenth_under(plan: Plan) -> int:
+    return exact_peak(plan) * 9 // 10
+
+
+def test_a_floor_over_an_exact_peak_is_not_trusted(caplog: pytest.LogCaptureFixture) -> None:
+    """Floors above the exact peaks (a wrong bound, as a misprediction would give) rule out
+    the plan that should be chosen at budget 0: seen on the plans checked, the search warns
+    and chooses as it would without floors."""
+    every = FakeScorer(exact_peak, exact_peak, checks=len(FAMILY))
+    wrong = FakeScorer(exact_peak, exact_peak, checks=len(FAMILY), floor_of=lambda p: exact_peak(p) + 500)
+    a = _choose(every, ratio=0.0)
+    with caplog.at_level("WARNING"):
+        b = _choose(wrong, ratio=0.0)
+    assert (a.plan, a.cap, a.min_peak, a.max_peak) == (b.plan, b.cap, b.min_peak, b.max_peak)
+    assert "below its plan's saved bytes" in caplog.text

@@ -100,6 +100,9 @@ class _Recording:
         self.search.exact[plan] = self.scorer.exact(plan)
         return self.search.exact[plan]
 
+    def floor(self, plan: Plan) -> int:
+        return self.scorer.floor(plan)
+
     def windows(self, plan: Plan) -> OffloadProblem:
         return self.scorer.windows(plan)
 

@@ -17,18 +17,23 @@ The choice is the cheapest plan whose peak fits, ties to the lower peak, so a lo
 budget never gives a higher peak. Plans are ranked by a fast estimate (the graph walk on
 the joint graph, ``plan_peak``); the peaks that set the range and decide are the exact
 predictions of the plans on the estimate's peak/cost Pareto front (``_checked``), the
-same plans at every budget below 1. Budget 1 is the fastest plan's own peak, so only a plan
-as cheap can be chosen over it: only those are searched and checked there, and the
-report leaves the range's low end, which that choice does not need, unknown.
+same plans at every budget below 1. A check is an Inductor lowering, so a plan is not
+checked where its floor (its saved bytes, ``PlanScorer.floor``) already rules it out: over
+the budget, or over the lowest peak found while the range's low end is sought. The choice
+is the one checking every plan of that front gives (12 layers: 2-4 checks instead of 7).
+Budget 1 is the fastest plan's own peak, so only a plan as cheap can be chosen over it:
+only those are searched and checked there, and the report leaves the range's low end,
+which that choice does not need, unknown.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 from recompute_pass.search.peak_milp import estimate_caps
 from recompute_pass.search.scorer import PlanScorer
@@ -123,51 +128,105 @@ def choose_by_peak(
             notes.append(note)
             break
         scored[plan] = (scorer.estimate(plan), plan.cost(problem))
-    exact: dict[Plan, int] = {}
-
-    def exact_of(plan: Plan) -> int:
-        if plan not in exact:
-            exact[plan] = scorer.exact(plan)
-        return exact[plan]
-
     # The plans checked do not depend on the budget, so a lower budget can only remove
     # plans from those that fit: the chosen peak never rises as the budget falls.
     checked = _checked(scored, fastest, scorer.checks)
-    stop = deadline if check_deadline is None else check_deadline
-    for plan in [fastest, *(p for p in checked if p != fastest)]:  # the range's top first
-        if exact and time.monotonic() > stop:
-            note = f"exact peaks of {len(exact)} of {len(checked)} plans before the time limit"
-            if not notes:  # one warning per graph: the scoring may have stopped already
-                log.warning("recompute_pass: %s; choosing among those", note)
-            notes.append(note)
+    peaks = _ExactPeaks(scorer, deadline if check_deadline is None else check_deadline, notes)
+    for bounded in (True, False):  # without floors only if one proved wrong
+        peaks.bounded = bounded
+        max_peak = peaks.of(fastest)  # the range's top first
+        assert max_peak is not None
+        min_peak = peaks.lowest(checked)
+        budget = min_peak + int((max_peak - min_peak) * ratio) if cap is None else max(cap, min_peak)
+        lowest = min((p for p in checked if peaks.known.get(p) == min_peak), key=lambda p: scored[p][1])
+        ends = (min_peak, scored[lowest][0]), (max_peak, scored[fastest][0])
+        found = scorer.optimum(functools.partial(estimate_caps, budget, *ends), deadline)
+        for plan in found:
+            scored.setdefault(plan, (scorer.estimate(plan), plan.cost(problem)))
+        chosen = peaks.cheapest_fitting(dict.fromkeys([*checked, *found]), budget, problem)
+        if chosen is not None and peaks.floors_held():
             break
-        exact_of(plan)
-    max_peak = exact[fastest]
-    min_peak = min(exact.values())
-    if cap is None:
-        assert ratio is not None
-        budget = min_peak + int((max_peak - min_peak) * ratio)
-    else:
-        budget = cap
-        if cap < min_peak:
-            log.warning(
-                "recompute_pass: peak_memory_bytes=%d is below the lowest predicted peak, %d bytes; "
-                "using the lowest-peak plan",
-                cap,
-                min_peak,
-            )
-            notes.append(f"peak cap {cap} B infeasible; lowest-peak plan used")
-            budget = min_peak
-    lowest = min(exact, key=lambda p: (exact[p], scored[p][1]))
-    ends = (min_peak, scored[lowest][0]), (max_peak, scored[fastest][0])
-    for found in scorer.optimum(lambda: estimate_caps(budget, *ends), deadline):
-        scored.setdefault(found, (scorer.estimate(found), found.cost(problem)))
-        exact_of(found)
-    fitting = [p for p in exact if exact[p] <= budget]
-    plan = min(fitting, key=lambda p: (scored[p][1], exact[p]))
-    notes.append(f"peak search over {len(scored)} plans, {len(exact)} checked")
-    points = [(exact.get(p, peak), cost) for p, (peak, cost) in scored.items()]
-    return PeakChoice(plan, budget, min_peak, max_peak, _pareto(points), tuple(notes))
+        # A plan predicted below its own saved bytes: the floors cannot be trusted, so
+        # the choice is made again as it would have been without them.
+        log.warning("recompute_pass: a predicted peak below its plan's saved bytes; checking every plan")
+    if cap is not None and cap < min_peak:
+        log.warning(
+            "recompute_pass: peak_memory_bytes=%d is below the lowest predicted peak, %d bytes; "
+            "using the lowest-peak plan",
+            cap,
+            min_peak,
+        )
+        notes.append(f"peak cap {cap} B infeasible; lowest-peak plan used")
+    assert chosen is not None  # without floors, the lowest-peak plan fits
+    spared = sum(p not in peaks.known for p in dict.fromkeys([*checked, *found]))
+    notes.append(
+        f"peak search over {len(scored)} plans, {len(peaks.known)} checked"
+        + (f" ({spared} more of the front ruled out by their saved bytes or cost)" if spared else "")
+    )
+    points = [(peaks.known.get(p, peak), cost) for p, (peak, cost) in scored.items()]
+    return PeakChoice(chosen, budget, min_peak, max_peak, _pareto(points), tuple(notes))
+
+
+@dataclass
+class _ExactPeaks:
+    """Exact peaks, each asked of the scorer once, until ``stop``. ``PlanScorer.floor``
+    bounds each from below, so a plan whose floor is over what it must beat is not
+    checked: the choice is the one checking every plan gives, with fewer checks (at 12
+    layers, each a few seconds of Inductor lowering)."""
+
+    scorer: PlanScorer
+    stop: float
+    notes: list[str]
+    known: dict[Plan, int] = field(default_factory=dict)
+    bounded: bool = True  # False: every floor 0 (one proved wrong)
+
+    def of(self, plan: Plan) -> int | None:
+        """None: past the time limit, so left out (the first plan is always checked)."""
+        if plan not in self.known:
+            if self.known and time.monotonic() > self.stop:
+                note = "exact peaks stopped by the time limit"
+                if not self.notes:  # one warning per graph: the scoring may have stopped already
+                    log.warning("recompute_pass: %s; choosing among those checked", note)
+                if note not in self.notes:
+                    self.notes.append(note)
+                return None
+            self.known[plan] = self.scorer.exact(plan)
+        return self.known[plan]
+
+    floors: dict[Plan, int] = field(default_factory=dict)
+
+    def floor(self, plan: Plan) -> int:
+        if plan not in self.floors:
+            self.floors[plan] = self.scorer.floor(plan)
+        return self.floors[plan] if self.bounded else 0
+
+    def floors_held(self) -> bool:
+        return not self.bounded or all(peak >= self.floor(p) for p, peak in self.known.items())
+
+    def lowest(self, plans: Sequence[Plan]) -> int:
+        """The lowest exact peak of ``plans``: by floor, lowest first, until the floor is over
+        the lowest peak found."""
+        lowest: int | None = None
+        for plan in sorted(plans, key=self.floor):
+            if lowest is not None and self.floor(plan) > lowest:
+                break
+            peak = self.of(plan)
+            if peak is not None:
+                lowest = peak if lowest is None else min(lowest, peak)
+        assert lowest is not None
+        return lowest
+
+    def cheapest_fitting(self, plans: Iterable[Plan], budget: int, problem: Problem) -> Plan | None:
+        """The cheapest plan whose exact peak fits ``budget``, ties to the lower peak: by
+        cost, cheapest first, checking those whose floor fits, until one fits."""
+        best: tuple[float, int, Plan] | None = None
+        for plan in sorted(plans, key=lambda p: p.cost(problem)):
+            if best is not None and plan.cost(problem) > best[0]:
+                break
+            peak = None if self.floor(plan) > budget else self.of(plan)
+            if peak is not None and peak <= budget and (best is None or peak < best[1]):
+                best = (plan.cost(problem), peak, plan)
+        return None if best is None else best[2]  # None only under a wrong floor
 
 
 def _at_budget_one(

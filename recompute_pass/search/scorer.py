@@ -32,6 +32,11 @@ class PlanScorer(Protocol):
         """The peak the report will say; asked for at most ``checks`` plans (plus the optimum's)."""
         ...
 
+    def floor(self, plan: Plan) -> int:
+        """A bound below ``exact(plan)``, fast (0: none): the search does not check a plan
+        whose floor already rules it out."""
+        ...
+
     def windows(self, plan: Plan) -> OffloadProblem:
         """The offload windows in this plan's own backward order (only asked with ``offload``)."""
         ...
