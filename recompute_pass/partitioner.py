@@ -317,9 +317,14 @@ class JointScorer:
     def realize(self, plan: Plan) -> tuple[Partition, PeakEstimate]:
         """The plan's graphs and their predicted peak, extracted once per plan."""
         if plan not in self.realized:
-            self.realized[plan] = realize(
-                self.costed, plan, inductor=self.inductor, plan_sizes=self.plan_sizes, planner=self.planner
-            )
+            with ti.lazy_codegen():  # most plans checked are never run
+                self.realized[plan] = realize(
+                    self.costed,
+                    plan,
+                    inductor=self.inductor,
+                    plan_sizes=self.plan_sizes,
+                    planner=self.planner,
+                )
         return self.realized[plan]
 
     def windows(self, plan: Plan) -> OffloadProblem:

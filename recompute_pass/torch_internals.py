@@ -89,7 +89,7 @@ from torch._inductor.virtualized import V
 from torch._ops import HigherOrderOperator, OpOverload
 from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
 from torch._subclasses.fake_tensor import FakeTensor
-from torch.fx._lazy_graph_module import _LazyGraphModule
+from torch.fx._lazy_graph_module import _LazyGraphModule, _use_lazy_graph_module
 from torch.fx.experimental.proxy_tensor import is_sym_node
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.fx.traceback import _get_memory_budget_annotation
@@ -160,6 +160,7 @@ __all__ = [
     "is_primal",
     "is_sym_node",
     "is_tangent",
+    "lazy_codegen",
     "lazy_graph_module",
     "min_cut_rematerialization_partition",
     "must_be_in_backward",
@@ -632,6 +633,13 @@ def shape_env_hints(shape_env: ShapeEnv | None, values: dict[Any, int]) -> Itera
         backed.update(saved)
         _clear_shape_env_caches()
         shape_env._version_counter += 1
+
+
+def lazy_codegen() -> contextlib.AbstractContextManager[None]:
+    """Every GraphModule built inside (PyTorch's extraction, Inductor's passes) is a lazy one:
+    a checked plan's graphs are lowered, never run, so their Python code is never needed
+    (codegen was a tenth of a 12-layer GPT-2's partitioner time at budget 0)."""
+    return _use_lazy_graph_module(True)
 
 
 def lazy_graph_module(root: torch.nn.Module, graph: fx.Graph) -> fx.GraphModule:

@@ -20,7 +20,7 @@ from recompute_pass.graph.joint_graph import JointGraph
 from recompute_pass.graph.plan_sizes import planned_hints
 from recompute_pass.memory import composed, inductor_memory
 from recompute_pass.options import RecomputeOptions
-from recompute_pass.partitioner import partition
+from recompute_pass.partitioner import JointScorer, partition
 from tests.harness import assert_same_step, compiled_step_peak, run_step
 from tests.joint_graphs import CapturedJoint, capture_joints
 from tests.stress_support import full_only
@@ -132,6 +132,29 @@ def test_composed_peak_equals_the_whole_graph_lowering(name, budget) -> None:
     # One lowering per distinct piece: the layers the plan treats alike are lowered once.
     assert len(composed.split(backward, planner.repeated.container)) >= LAYERS
     assert planner.lowered < planner.asked
+
+
+def test_saved_bytes_floor_every_checked_peak_and_spare_checks(monkeypatch) -> None:
+    """The peak search skips plans on their saved bytes (``JointScorer.floor``): that needs
+    every composed peak at or over its plan's saved bytes, and it must choose what checking
+    every plan of the front chooses."""
+    seen: list[tuple[int, int]] = []
+    exact = JointScorer.exact
+
+    def recording(scorer: JointScorer, plan) -> int:
+        seen.append((scorer.floor(plan), exact(scorer, plan)))
+        return seen[-1][1]
+
+    monkeypatch.setattr(JointScorer, "exact", recording)
+    _, _, bounded, _ = _partitioned("llama", 0.0)
+    assert seen and all(floor <= peak for floor, peak in seen), seen
+    assert any("ruled out by their saved bytes" in note for note in bounded.notes), bounded.notes
+    checks = len(seen)
+    monkeypatch.setattr(JointScorer, "floor", lambda scorer, plan: 0)
+    _, _, every, _ = _partitioned("llama", 0.0)
+    assert len(seen) - checks > checks
+    assert every.plan_digest == bounded.plan_digest
+    assert every.predicted_peak_bytes == bounded.predicted_peak_bytes
 
 
 def _audit_records(caplog) -> list[logging.LogRecord]:

@@ -543,7 +543,7 @@ class _Storages:
 def _copy(graph: fx.GraphModule) -> fx.GraphModule:
     copy = fx.Graph()
     copy.output(copy.graph_copy(graph.graph, {}))
-    return fx.GraphModule(graph, copy)
+    return ti.lazy_graph_module(graph, copy)
 
 
 def _storage_name(node: object) -> str | None:

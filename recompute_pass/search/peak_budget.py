@@ -178,6 +178,7 @@ class _ExactPeaks:
     stop: float
     notes: list[str]
     known: dict[Plan, int] = field(default_factory=dict)
+    floors: dict[Plan, int] = field(default_factory=dict)
     bounded: bool = True  # False: every floor 0 (one proved wrong)
 
     def of(self, plan: Plan) -> int | None:
@@ -192,8 +193,6 @@ class _ExactPeaks:
                 return None
             self.known[plan] = self.scorer.exact(plan)
         return self.known[plan]
-
-    floors: dict[Plan, int] = field(default_factory=dict)
 
     def floor(self, plan: Plan) -> int:
         if plan not in self.floors:
