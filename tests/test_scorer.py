@@ -200,3 +200,17 @@ def test_a_floor_over_an_exact_peak_is_not_trusted(caplog: pytest.LogCaptureFixt
         b = _choose(wrong, ratio=0.0)
     assert (a.plan, a.cap, a.min_peak, a.max_peak) == (b.plan, b.cap, b.min_peak, b.max_peak)
     assert "below its plan's saved bytes" in caplog.text
+
+
+def test_checks_past_their_time_limit_choose_among_those_made(caplog: pytest.LogCaptureFixture) -> None:
+    """A check deadline already past: only the range's top is checked (a safety, never
+    reached on a graph the count fits), one warning, and the choice is that plan."""
+    scorer = FakeScorer(exact_peak, exact_peak, checks=len(FAMILY), floor_of=_tenth_under)
+    with caplog.at_level("WARNING"):
+        choice = choose_by_peak(
+            PROBLEM, FRONTIER, scorer, ratio=0.0, cap=None, deadline=math.inf, check_deadline=-math.inf
+        )
+    assert scorer.checked == [FRONTIER[-1]] and choice.plan == FRONTIER[-1]
+    assert choice.min_peak == choice.max_peak == choice.cap == exact_peak(FRONTIER[-1])
+    assert "exact peaks stopped by the time limit" in choice.notes
+    assert len([r for r in caplog.records if "time limit" in r.getMessage()]) == 1

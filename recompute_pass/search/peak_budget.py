@@ -203,17 +203,13 @@ class _ExactPeaks:
         return not self.bounded or all(peak >= self.floor(p) for p, peak in self.known.items())
 
     def lowest(self, plans: Sequence[Plan]) -> int:
-        """The lowest exact peak of ``plans``: by floor, lowest first, until the floor is over
-        the lowest peak found."""
-        lowest: int | None = None
+        """The lowest exact peak of ``plans`` (one of them already checked): by floor, lowest
+        first, until the floor is over the lowest peak found, or the time limit."""
         for plan in sorted(plans, key=self.floor):
-            if lowest is not None and self.floor(plan) > lowest:
+            if self.floor(plan) > min(self.known[p] for p in plans if p in self.known):
                 break
-            peak = self.of(plan)
-            if peak is not None:
-                lowest = peak if lowest is None else min(lowest, peak)
-        assert lowest is not None
-        return lowest
+            self.of(plan)
+        return min(self.known[p] for p in plans if p in self.known)
 
     def cheapest_fitting(self, plans: Iterable[Plan], budget: int, problem: Problem) -> Plan | None:
         """The cheapest plan whose exact peak fits ``budget``, ties to the lower peak: by
