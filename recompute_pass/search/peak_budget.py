@@ -128,8 +128,9 @@ def choose_by_peak(
             notes.append(note)
             break
         scored[plan] = (scorer.estimate(plan), plan.cost(problem))
-    # The plans checked do not depend on the budget, so a lower budget can only remove
-    # plans from those that fit: the chosen peak never rises as the budget falls.
+    # The plans the choice is made over do not depend on the budget (the floors only spare
+    # checks that cannot change it), so a lower budget can only remove plans from those
+    # that fit: the chosen peak never rises as the budget falls.
     checked = _checked(scored, fastest, scorer.checks)
     peaks = _ExactPeaks(scorer, deadline if check_deadline is None else check_deadline, notes)
     for bounded in (True, False):  # without floors only if one proved wrong
