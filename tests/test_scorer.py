@@ -169,7 +169,7 @@ def test_budget_one_checks_only_the_fastest_plan_and_chooses_it() -> None:
 
 @pytest.mark.parametrize(
     ("kind", "value", "spares"),
-    [("ratio", 0.0, True), ("ratio", 0.3, True), ("ratio", 0.6, False), ("cap", 1800, False)],
+    [("ratio", 0.0, True), ("ratio", 0.3, True), ("ratio", 0.6, False), ("cap", 1800, True)],
 )
 def test_a_floor_spares_checks_and_changes_no_choice(kind: str, value: float, spares: bool) -> None:
     """With a floor 10% under each plan's exact peak, the search chooses what checking
@@ -179,7 +179,13 @@ def test_a_floor_spares_checks_and_changes_no_choice(kind: str, value: float, sp
     every = FakeScorer(exact_peak, exact_peak, checks=len(FAMILY))
     bounded = FakeScorer(exact_peak, exact_peak, checks=len(FAMILY), floor_of=_tenth_under)
     a, b = _choose(every, **kwargs), _choose(bounded, **kwargs)
-    assert (a.plan, a.cap, a.min_peak, a.max_peak) == (b.plan, b.cap, b.min_peak, b.max_peak)
+    assert (a.plan, a.cap, a.min_peak) == (b.plan, b.cap, b.min_peak)
+    # The range's top is checked where the budget is a ratio between the ends, else only
+    # where the choice itself asks for it (checking every plan, it does).
+    if kind == "ratio" and value > 0:
+        assert b.max_peak == a.max_peak == exact_peak(FRONTIER[-1])
+    else:
+        assert b.max_peak in (None, a.max_peak)
     assert set(bounded.checked) <= set(every.checked)
     assert (set(bounded.checked) < set(every.checked)) == spares
     assert (f"{len(bounded.checked)} checked (" in b.notes[-1]) == spares
@@ -202,15 +208,23 @@ def test_a_floor_over_an_exact_peak_is_not_trusted(caplog: pytest.LogCaptureFixt
     assert "below its plan's saved bytes" in caplog.text
 
 
-def test_checks_past_their_time_limit_choose_among_those_made(caplog: pytest.LogCaptureFixture) -> None:
-    """A check deadline already past: only the range's top is checked (a safety, never
-    reached on a graph the count fits), one warning, and the choice is that plan."""
+@pytest.mark.parametrize("ratio", [0.0, 0.5])
+def test_checks_past_their_time_limit_choose_among_those_made(
+    caplog: pytest.LogCaptureFixture, ratio: float
+) -> None:
+    """A check deadline already past (a safety, never reached on a graph the count fits):
+    only the one plan the budget cannot do without is checked (the range's top where the
+    ratio needs it, else the low end's lowest floor), one warning, and that plan is chosen."""
     scorer = FakeScorer(exact_peak, exact_peak, checks=len(FAMILY), floor_of=_tenth_under)
     with caplog.at_level("WARNING"):
         choice = choose_by_peak(
-            PROBLEM, FRONTIER, scorer, ratio=0.0, cap=None, deadline=math.inf, check_deadline=-math.inf
+            PROBLEM, FRONTIER, scorer, ratio=ratio, cap=None, deadline=math.inf, check_deadline=-math.inf
         )
-    assert scorer.checked == [FRONTIER[-1]] and choice.plan == FRONTIER[-1]
-    assert choice.min_peak == choice.max_peak == choice.cap == exact_peak(FRONTIER[-1])
+    (checked,) = scorer.checked
+    if ratio:
+        assert checked == FRONTIER[-1] and choice.max_peak == exact_peak(checked)
+    else:  # the lowest floor's plan: floors are 90% of the exact peaks here
+        assert exact_peak(checked) == min(exact_peak(p) for p in FAMILY) and choice.max_peak is None
+    assert choice.plan == checked and choice.min_peak == choice.cap == exact_peak(checked)
     assert "exact peaks stopped by the time limit" in choice.notes
     assert len([r for r in caplog.records if "time limit" in r.getMessage()]) == 1

@@ -71,7 +71,7 @@ class PeakChoice:
     plan: Plan
     cap: int  # the peak budget in bytes
     min_peak: int | None  # the lowest predicted peak of the family (None: not searched, at budget 1)
-    max_peak: int  # the fastest plan's predicted peak
+    max_peak: int | None  # the fastest plan's predicted peak (None: not checked, at ratio 0 or a cap)
     frontier: tuple[tuple[int, float], ...]  # (peak, estimated overhead) Pareto points
     notes: tuple[str, ...]
 
@@ -133,15 +133,30 @@ def choose_by_peak(
     # that fit: the chosen peak never rises as the budget falls.
     checked = _checked(scored, fastest, scorer.checks)
     peaks = _ExactPeaks(scorer, deadline if check_deadline is None else check_deadline, notes)
+    # The range's top (the fastest plan's peak) is checked first where the budget needs
+    # it: a ratio between the ends. At ratio 0 or under a cap the low end decides, and the
+    # report leaves the top, which costs a lowering, unknown unless another step checks it
+    # (as budget 1 leaves the low end).
+    top = functools.partial(peaks.must, fastest)
+    between = cap is None and bool(ratio)
     for bounded in (True, False):  # without floors only if one proved wrong
         peaks.bounded = bounded
-        max_peak = peaks.of(fastest)  # the range's top first
-        assert max_peak is not None
+        if between:
+            top()
         min_peak = peaks.lowest(checked)
-        budget = min_peak + int((max_peak - min_peak) * ratio) if cap is None else max(cap, min_peak)
+        if cap is not None:
+            budget = max(cap, min_peak)
+        else:
+            budget = min_peak + int((top() - min_peak) * (ratio or 0.0)) if between else min_peak
         lowest = min((p for p in checked if peaks.known.get(p) == min_peak), key=lambda p: scored[p][1])
-        ends = (min_peak, scored[lowest][0]), (max_peak, scored[fastest][0])
-        found = scorer.optimum(functools.partial(estimate_caps, budget, *ends), deadline)
+        low_end = (min_peak, scored[lowest][0])
+
+        def caps(budget: int = budget, low_end: tuple[int, int] = low_end) -> tuple[int, ...]:
+            # At the low end the top does not move the caps (``estimate_caps``).
+            high = low_end if budget <= low_end[0] else (top(), scored[fastest][0])
+            return estimate_caps(budget, low_end, high)
+
+        found = scorer.optimum(caps, deadline)
         for plan in found:
             scored.setdefault(plan, (scorer.estimate(plan), plan.cost(problem)))
         chosen = peaks.cheapest_fitting(dict.fromkeys([*checked, *found]), budget, problem)
@@ -165,7 +180,7 @@ def choose_by_peak(
         + (f" ({spared} more of the front ruled out by their saved bytes or cost)" if spared else "")
     )
     points = [(peaks.known.get(p, peak), cost) for p, (peak, cost) in scored.items()]
-    return PeakChoice(chosen, budget, min_peak, max_peak, _pareto(points), tuple(notes))
+    return PeakChoice(chosen, budget, min_peak, peaks.known.get(fastest), _pareto(points), tuple(notes))
 
 
 @dataclass
@@ -182,10 +197,11 @@ class _ExactPeaks:
     floors: dict[Plan, int] = field(default_factory=dict)
     bounded: bool = True  # False: every floor 0 (one proved wrong)
 
-    def of(self, plan: Plan) -> int | None:
-        """None: past the time limit, so left out (the first plan is always checked)."""
+    def of(self, plan: Plan, *, must: bool = False) -> int | None:
+        """None: past the time limit, so left out; a plan the search ``must`` know, and
+        the first, are checked at any time."""
         if plan not in self.known:
-            if self.known and time.monotonic() > self.stop:
+            if self.known and not must and time.monotonic() > self.stop:
                 note = "exact peaks stopped by the time limit"
                 if not self.notes:  # one warning per graph: the scoring may have stopped already
                     log.warning("recompute_pass: %s; choosing among those checked", note)
@@ -194,6 +210,12 @@ class _ExactPeaks:
                 return None
             self.known[plan] = self.scorer.exact(plan)
         return self.known[plan]
+
+    def must(self, plan: Plan) -> int:
+        """The plan's exact peak, checked at any time: the search cannot do without it."""
+        peak = self.of(plan, must=True)
+        assert peak is not None
+        return peak
 
     def floor(self, plan: Plan) -> int:
         if plan not in self.floors:
@@ -204,12 +226,16 @@ class _ExactPeaks:
         return not self.bounded or all(peak >= self.floor(p) for p, peak in self.known.items())
 
     def lowest(self, plans: Sequence[Plan]) -> int:
-        """The lowest exact peak of ``plans`` (one of them already checked): by floor, lowest
-        first, until the floor is over the lowest peak found, or the time limit."""
+        """The lowest exact peak of ``plans``: by floor, lowest first, until the floor is
+        over the lowest peak found, or the time limit (past it, one is checked still)."""
         for plan in sorted(plans, key=self.floor):
-            if self.floor(plan) > min(self.known[p] for p in plans if p in self.known):
+            found = [self.known[p] for p in plans if p in self.known]
+            if not found:
+                self.must(plan)
+            elif self.floor(plan) > min(found):
                 break
-            self.of(plan)
+            else:
+                self.of(plan)
         return min(self.known[p] for p in plans if p in self.known)
 
     def cheapest_fitting(self, plans: Iterable[Plan], budget: int, problem: Problem) -> Plan | None:
