@@ -138,25 +138,23 @@ def choose_by_peak(
     # report leaves the top, which costs a lowering, unknown unless another step checks it
     # (as budget 1 leaves the low end).
     top = functools.partial(peaks.must, fastest)
-    between = cap is None and bool(ratio)
+
+    def caps(budget: int, low_end: tuple[int, int]) -> tuple[int, ...]:
+        # At the low end the top does not move the caps (``estimate_caps``).
+        high = low_end if budget <= low_end[0] else (top(), scored[fastest][0])
+        return estimate_caps(budget, low_end, high)
+
     for bounded in (True, False):  # without floors only if one proved wrong
         peaks.bounded = bounded
-        if between:
+        if cap is None and ratio:
             top()
         min_peak = peaks.lowest(checked)
         if cap is not None:
             budget = max(cap, min_peak)
         else:
-            budget = min_peak + int((top() - min_peak) * (ratio or 0.0)) if between else min_peak
+            budget = min_peak + int((top() - min_peak) * ratio) if ratio else min_peak
         lowest = min((p for p in checked if peaks.known.get(p) == min_peak), key=lambda p: scored[p][1])
-        low_end = (min_peak, scored[lowest][0])
-
-        def caps(budget: int = budget, low_end: tuple[int, int] = low_end) -> tuple[int, ...]:
-            # At the low end the top does not move the caps (``estimate_caps``).
-            high = low_end if budget <= low_end[0] else (top(), scored[fastest][0])
-            return estimate_caps(budget, low_end, high)
-
-        found = scorer.optimum(caps, deadline)
+        found = scorer.optimum(functools.partial(caps, budget, (min_peak, scored[lowest][0])), deadline)
         for plan in found:
             scored.setdefault(plan, (scorer.estimate(plan), plan.cost(problem)))
         chosen = peaks.cheapest_fitting(dict.fromkeys([*checked, *found]), budget, problem)
@@ -197,11 +195,10 @@ class _ExactPeaks:
     floors: dict[Plan, int] = field(default_factory=dict)
     bounded: bool = True  # False: every floor 0 (one proved wrong)
 
-    def of(self, plan: Plan, *, must: bool = False) -> int | None:
-        """None: past the time limit, so left out; a plan the search ``must`` know, and
-        the first, are checked at any time."""
+    def of(self, plan: Plan) -> int | None:
+        """None: past the time limit, so left out (the first plan is always checked)."""
         if plan not in self.known:
-            if self.known and not must and time.monotonic() > self.stop:
+            if self.known and time.monotonic() > self.stop:
                 note = "exact peaks stopped by the time limit"
                 if not self.notes:  # one warning per graph: the scoring may have stopped already
                     log.warning("recompute_pass: %s; choosing among those checked", note)
@@ -213,9 +210,9 @@ class _ExactPeaks:
 
     def must(self, plan: Plan) -> int:
         """The plan's exact peak, checked at any time: the search cannot do without it."""
-        peak = self.of(plan, must=True)
-        assert peak is not None
-        return peak
+        if plan not in self.known:
+            self.known[plan] = self.scorer.exact(plan)
+        return self.known[plan]
 
     def floor(self, plan: Plan) -> int:
         if plan not in self.floors:
