@@ -72,6 +72,24 @@ class NodeFacts:
         self._kinds: dict[fx.Node, OpKind] = {}
         self._bytes: dict[tuple[fx.Node, str], int] = {}
         self._workspace: dict[fx.Node, int] = {}
+        self._inputs: dict[fx.Node, tuple[fx.Node, ...]] = {}
+        self._aliases: dict[fx.Node, bool] = {}
+
+    def inputs(self, node: fx.Node) -> tuple[fx.Node, ...]:
+        """``node.all_input_nodes``, built once (fx builds a new list on every call)."""
+        found = self._inputs.get(node)
+        if found is None:
+            found = self._inputs[node] = tuple(node.all_input_nodes)
+        return found
+
+    def aliases(self, node: fx.Node) -> bool:
+        """Whether the node shares its first input's storage (a view, an in-place op)."""
+        found = self._aliases.get(node)
+        if found is None:
+            found = self._aliases[node] = (
+                node.op == "call_function" and bool(self.inputs(node)) and _aliases_input(node, self.kind)
+            )
+        return found
 
     def kind(self, node: fx.Node) -> OpKind:
         kind = self._kinds.get(node)
@@ -139,9 +157,8 @@ class Walk:
         allocates (by its name), held as ``<name>.extra`` until a node of that name in
         ``releases`` runs (a draw's generator state, saved until its replay)."""
         members = set(nodes)
-        kind = self.facts.kind
-        storage = _storages(nodes, kind)
-        frees = _frees(nodes, storage, kept)
+        storage = _storages(nodes, self.facts)
+        frees = _frees(nodes, storage, kept, self.facts)
         for position, node in enumerate(nodes):
             allocates = storage[node] is node and not _is_result(node)
             if node.op == "call_function" and allocates:
@@ -260,24 +277,28 @@ def _aliases_input(node: fx.Node, kind: Callable[[fx.Node], OpKind]) -> bool:
     return schema is not None and any(r.alias_info is not None for r in schema.returns)
 
 
-def _storages(nodes: Sequence[fx.Node], kind: Callable[[fx.Node], OpKind]) -> dict[fx.Node, fx.Node]:
+def _storages(nodes: Sequence[fx.Node], facts: NodeFacts) -> dict[fx.Node, fx.Node]:
     """Each node's storage owner: itself, or (through views) the value it aliases, which
     may come from an earlier phase."""
     owner: dict[fx.Node, fx.Node] = {}
     for node in nodes:
-        base = node.all_input_nodes[0] if node.op == "call_function" and node.all_input_nodes else None
-        owner[node] = owner.get(base, base) if base is not None and _aliases_input(node, kind) else node
+        if facts.aliases(node):
+            base = facts.inputs(node)[0]
+            owner[node] = owner.get(base, base)
+        else:
+            owner[node] = node
     return owner
 
 
 def _frees(
-    nodes: Sequence[fx.Node], storage: dict[fx.Node, fx.Node], kept: set[fx.Node]
+    nodes: Sequence[fx.Node], storage: dict[fx.Node, fx.Node], kept: set[fx.Node], facts: NodeFacts
 ) -> dict[int, list[str]]:
     """Storage names freed after each position: at the last use of the storage or of any
     view of it; never what outlives the phase (``kept``, or a view of it)."""
     last: dict[fx.Node, int] = {}
     for position, node in enumerate(nodes):
-        for value in (node, *node.all_input_nodes):
+        last[storage.get(node, node)] = position
+        for value in facts.inputs(node):
             last[storage.get(value, value)] = position
     kept_storage = {storage.get(node, node) for node in kept}
     frees: dict[int, list[str]] = {}

@@ -83,16 +83,16 @@ class JointSchedule:
     def _sorted(self, nodes: Iterable[fx.Node]) -> list[fx.Node]:
         return sorted(nodes, key=self.order.__getitem__)
 
-    @staticmethod
-    def _closure(roots: Iterable[fx.Node], within: Callable[[fx.Node], bool]) -> set[fx.Node]:
+    def _closure(self, roots: Iterable[fx.Node], within: Callable[[fx.Node], bool]) -> set[fx.Node]:
         """``roots`` and their ancestors, through nodes ``within`` accepts."""
+        inputs = self.facts.inputs
         found: set[fx.Node] = set()
         stack = [n for n in roots if within(n)]
         while stack:
             node = stack.pop()
             if node not in found:
                 found.add(node)
-                stack += [n for n in node.all_input_nodes if within(n)]
+                stack += [n for n in inputs(node) if within(n)]
         return found
 
     def _backward_order(self, members: set[fx.Node]) -> list[fx.Node]:
@@ -101,8 +101,13 @@ class JointSchedule:
         first = min((order[n] for n in starts), default=-1)
         emitted: set[fx.Node] = set()
         result: list[fx.Node] = []
+        inputs = self.facts.inputs
         for node in self._sorted(members):
             if order[node] < first or node in emitted:
+                continue
+            if all(n not in members or n in emitted for n in inputs(node)):  # most nodes: ready alone
+                emitted.add(node)
+                result.append(node)
                 continue
             ready = self._closure([node], lambda n, done=emitted: n in members and n not in done)
             emitted |= ready
