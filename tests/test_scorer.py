@@ -186,6 +186,8 @@ def test_a_floor_spares_checks_and_changes_no_choice(kind: str, value: float, sp
         assert b.max_peak == a.max_peak == exact_peak(FRONTIER[-1])
     else:
         assert b.max_peak in (None, a.max_peak)
+    if kind == "ratio" and value == 0:  # the fastest plan's floor is over the low end: not lowered
+        assert b.max_peak is None and FRONTIER[-1] not in bounded.checked
     assert set(bounded.checked) <= set(every.checked)
     assert (set(bounded.checked) < set(every.checked)) == spares
     assert (f"{len(bounded.checked)} checked (" in b.notes[-1]) == spares
