@@ -23,7 +23,9 @@ the budget, or over the lowest peak found while the range's low end is sought. T
 is the one checking every plan of that front gives (12 layers: 2-4 checks instead of 7).
 Budget 1 is the fastest plan's own peak, so only a plan as cheap can be chosen over it:
 only those are searched and checked there, and the report leaves the range's low end,
-which that choice does not need, unknown.
+which that choice does not need, unknown. Likewise budget 0 and an absolute cap are
+decided at the low end, so the range's top is checked there only if the choice asks for
+it.
 """
 
 from __future__ import annotations
