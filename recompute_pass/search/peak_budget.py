@@ -148,13 +148,12 @@ def choose_by_peak(
 
     for bounded in (True, False):  # without floors only if one proved wrong
         peaks.bounded = bounded
-        if cap is None and ratio:
-            top()
+        max_peak = top() if cap is None and ratio else None  # the top first, where the ratio needs it
         min_peak = peaks.lowest(checked)
         if cap is not None:
             budget = max(cap, min_peak)
         else:
-            budget = min_peak + int((top() - min_peak) * ratio) if ratio else min_peak
+            budget = min_peak if max_peak is None else min_peak + int((max_peak - min_peak) * ratio)
         lowest = min((p for p in checked if peaks.known.get(p) == min_peak), key=lambda p: scored[p][1])
         found = scorer.optimum(functools.partial(caps, budget, (min_peak, scored[lowest][0])), deadline)
         for plan in found:
@@ -199,16 +198,14 @@ class _ExactPeaks:
 
     def of(self, plan: Plan) -> int | None:
         """None: past the time limit, so left out (the first plan is always checked)."""
-        if plan not in self.known:
-            if self.known and time.monotonic() > self.stop:
-                note = "exact peaks stopped by the time limit"
-                if not self.notes:  # one warning per graph: the scoring may have stopped already
-                    log.warning("recompute_pass: %s; choosing among those checked", note)
-                if note not in self.notes:
-                    self.notes.append(note)
-                return None
-            self.known[plan] = self.scorer.exact(plan)
-        return self.known[plan]
+        if plan not in self.known and self.known and time.monotonic() > self.stop:
+            note = "exact peaks stopped by the time limit"
+            if not self.notes:  # one warning per graph: the scoring may have stopped already
+                log.warning("recompute_pass: %s; choosing among those checked", note)
+            if note not in self.notes:
+                self.notes.append(note)
+            return None
+        return self.must(plan)
 
     def must(self, plan: Plan) -> int:
         """The plan's exact peak, checked at any time: the search cannot do without it."""

@@ -52,7 +52,7 @@ from scipy.sparse import coo_array
 from torch import fx
 
 from cost_model import tensor_bytes
-from recompute_pass.memory.liveness import _aliases_input, _is_result
+from recompute_pass.memory.liveness import _is_result, _storages
 from recompute_pass.memory.plan_peak import JointSchedule
 from recompute_pass.solver.problem import Plan, Problem
 
@@ -368,13 +368,7 @@ class _Builder:
 
     def _rows(self) -> PeakModel:
         slots = self._slots()
-        root: dict[fx.Node, fx.Node] = {}
-        for x in self.schedule.order:
-            if x.op == "call_function" and x.all_input_nodes and _aliases_input(x, self.facts.kind):
-                base = x.all_input_nodes[0]
-                root[x] = root.get(base, base)
-            else:
-                root[x] = x
+        root = _storages(list(self.schedule.order), self.facts)
         found: dict[fx.Node, set[fx.Node]] = {}
         for x, owner in root.items():
             group = found.setdefault(owner, set())
