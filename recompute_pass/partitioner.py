@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import fx
 
-from cost_model import unmodelled_workspace
+from cost_model import SizeHints, unmodelled_workspace
 from recompute_pass import report_store
 from recompute_pass import torch_internals as ti
 from recompute_pass.extract.extraction import Partition, extract
@@ -203,6 +203,11 @@ def _joined(*notes: str) -> str:
     return "; ".join(n for n in notes if n)
 
 
+# At most this many pieces not lowered before are lowered to bound a plan's peak
+# (``JointScorer.floor``); past them the plan is checked whole.
+BOUND_LOWERINGS = 2
+
+
 @dataclass(frozen=True)
 class PlanNodes:
     """A plan in the joint graph's nodes."""
@@ -249,9 +254,10 @@ class JointScorer:
     inductor: bool
     time_limit: float
     plan_sizes: dict[str, int]
-    realized: dict[Plan, tuple[Partition, PeakEstimate]]  # shared: each plan extracted once
+    realized: dict[Plan, tuple[Partition, PeakEstimate]]  # shared: each plan predicted once
     graph_nodes: dict[str, fx.Node]  # by name, for offload's transfer times
     planner: composed.PieceLowerings | None = None  # peaks composed from the graph's pieces
+    extracted: dict[Plan, tuple[Partition, SizeHints]] = dataclasses.field(default_factory=dict)
 
     @staticmethod
     def of(
@@ -301,30 +307,60 @@ class JointScorer:
     def exact(self, plan: Plan) -> int:
         return self.estimate(plan) if self.walked else self.realize(plan)[1].peak_bytes
 
-    def floor(self, plan: Plan) -> int:
+    def floor(self, plan: Plan, over: int | None = None) -> int:
         """The bytes the plan saves on the device: the forward's outputs, all allocated when
         it ends (a view is never saved, ``joint_graph``; a saved input costs nothing). 0 when
-        walked, where a check costs no more than this."""
+        walked, where a check costs no more than this.
+
+        With ``over``, where those bytes are not over it and the peak is composed from
+        pieces: the composed peak with at most ``BOUND_LOWERINGS`` new pieces lowered, the
+        backward's first, and the others bounded (``PieceLowerings.plan_graph``). A plan
+        whose peak is early in its backward (the top block's attention, the head) is then
+        ruled out for an extraction and a lowering or two, not all of its new pieces."""
         if self.walked:
             return 0
         candidates, items = self.costed.joint.candidates, self.costed.problem.items
-        return sum(
+        saved = sum(
             items[i].size
             for i in plan.saved - plan.offloaded
             if i < len(candidates) and candidates[i].node.op != "placeholder"
         )
+        if over is None or saved > over or self.planner is None or plan.offloaded:
+            return saved
+        if plan in self.realized:
+            return self.realized[plan][1].peak_bytes
+        result, hints = self.extract(plan)
+        users = self.costed.joint.num_fwd_outputs
+        bound = saved
+        for lowerings in range(BOUND_LOWERINGS + 1):
+            bounded = functools.partial(self.planner.plan_graph, new_lowerings=lowerings, hints=hints)
+            try:
+                with ti.lazy_codegen():
+                    peak = inductor_memory.predict_peak(
+                        result.forward, result.backward, num_user_outputs=users, hints=hints, planner=bounded
+                    )
+            except Exception:  # the check itself says why, if it fails too
+                log.debug("recompute_pass: bounding a plan's peak failed:\n%s", traceback.format_exc())
+                return saved
+            bound = max(bound, peak.peak_bytes)
+            if bound > over:
+                break
+        return bound
+
+    def extract(self, plan: Plan) -> tuple[Partition, SizeHints]:
+        """The plan's graphs, extracted once per plan, and the size hints they are planned at."""
+        if plan not in self.extracted:
+            with ti.lazy_codegen():  # most plans checked are never run
+                self.extracted[plan] = extract_plan(self.costed, plan, self.plan_sizes)
+        return self.extracted[plan]
 
     def realize(self, plan: Plan) -> tuple[Partition, PeakEstimate]:
-        """The plan's graphs and their predicted peak, extracted once per plan."""
+        """The plan's graphs and their predicted peak."""
         if plan not in self.realized:
-            with ti.lazy_codegen():  # most plans checked are never run
-                self.realized[plan] = realize(
-                    self.costed,
-                    plan,
-                    inductor=self.inductor,
-                    plan_sizes=self.plan_sizes,
-                    planner=self.planner,
-                )
+            result, hints = self.extract(plan)
+            with ti.lazy_codegen():
+                peak = predict(self.costed, result, hints, inductor=self.inductor, planner=self.planner)
+            self.realized[plan] = (result, peak)
         return self.realized[plan]
 
     def windows(self, plan: Plan) -> OffloadProblem:
@@ -351,27 +387,44 @@ def realize(
     when ``inductor`` (the graphs will be compiled by Inductor; composed from the graphs'
     pieces with ``planner``), else from the graphs; at ``plan_sizes`` where given
     (``RecomputeOptions.plan_sizes``)."""
+    result, hints = extract_plan(costed, plan, plan_sizes or {})
+    return result, predict(costed, result, hints, inductor=inductor, planner=planner)
+
+
+def extract_plan(costed: Costed, plan: Plan, plan_sizes: dict[str, int]) -> tuple[Partition, SizeHints]:
+    """The graphs a plan runs as, and the size hints they are planned at."""
     nodes = PlanNodes.of(costed, plan)
     result = extract(costed.joint, list(nodes.saved), set(nodes.recomputed), list(nodes.replayed))
     # Read again: replaying a draw can add a symbol (its state's size) after costing.
-    hints = planned_hints(result.forward.graph, plan_sizes or {})
+    hints = planned_hints(result.forward.graph, plan_sizes)
     if plan.offloaded:
         names = [costed.joint.candidates[i].node.name for i in sorted(plan.offloaded)]
         result = offload_partition(result, names, costed.device, hints)
+    return result, hints
+
+
+def predict(
+    costed: Costed,
+    result: Partition,
+    hints: SizeHints,
+    *,
+    inductor: bool,
+    planner: composed.PieceLowerings | None,
+) -> PeakEstimate:
+    """The predicted peak of a plan's graphs (``realize``)."""
     args = (result.forward, result.backward)
     users = costed.joint.num_fwd_outputs
     if inductor:
         try:
             lower = inductor_memory.plan_graph if planner is None else planner.plan_graph
-            peak = inductor_memory.predict_peak(*args, num_user_outputs=users, hints=hints, planner=lower)
-            return result, peak
+            return inductor_memory.predict_peak(*args, num_user_outputs=users, hints=hints, planner=lower)
         except Exception as error:  # a prediction, never worth failing the compile for
             cause = f"{type(error).__name__}: {error}".splitlines()[0][:200]
             _warn_inductor_model_failed(cause)
             log.debug("recompute_pass: Inductor memory plan failed:\n%s", traceback.format_exc())
             peak = liveness.predict_peak(*args, num_user_outputs=users, hints=hints)
-            return result, dataclasses.replace(peak, note=f"Inductor's memory plan failed ({cause})")
-    return result, liveness.predict_peak(*args, num_user_outputs=users, hints=hints)
+            return dataclasses.replace(peak, note=f"Inductor's memory plan failed ({cause})")
+    return liveness.predict_peak(*args, num_user_outputs=users, hints=hints)
 
 
 @functools.cache

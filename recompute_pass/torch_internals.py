@@ -75,7 +75,7 @@ from torch._inductor.compile_fx import (
 )
 from torch._inductor.custom_graph_pass import CustomPartitionerFn
 from torch._inductor.debug import DebugContext
-from torch._inductor.fx_passes.post_grad import view_to_reshape
+from torch._inductor.fx_passes.post_grad import noop_registry, view_to_reshape
 from torch._inductor.graph import GraphLowering
 from torch._inductor.memory import (
     compute_size_for_scheduler_buffer,
@@ -647,3 +647,10 @@ def lazy_graph_module(root: torch.nn.Module, graph: fx.Graph) -> fx.GraphModule:
     the peak search builds several graphs per plan and runs only the chosen plan's (on a
     12-layer Llama, codegen was an eighth of the partitioner's time under cProfile)."""
     return _LazyGraphModule(root, graph)
+
+
+def inductor_noop_inputs() -> dict[OpOverload, int | Callable[[tuple[Any, ...]], Any]]:
+    """Ops Inductor's post-grad pass may replace by one of their inputs (``remove_noop_ops``,
+    when a condition on the arguments holds), each with which input: its position in the
+    arguments, or a function of them (``cat`` of one tensor)."""
+    return {target: kept for target, (_, kept) in noop_registry.items()}

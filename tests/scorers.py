@@ -19,8 +19,10 @@ class FakeScorer:
     offload: OffloadProblem | None = None
     optimum_of: Callable[[Sequence[int], float], list[Plan]] | None = None
     floor_of: Callable[[Plan], int] = lambda plan: 0
+    bound_of: Callable[[Plan], int] | None = None  # the floor when asked to beat a peak
     estimated: list[Plan] = field(default_factory=list)
     checked: list[Plan] = field(default_factory=list)
+    bounded: list[Plan] = field(default_factory=list)
 
     def estimate(self, plan: Plan) -> int:
         self.estimated.append(plan)
@@ -30,8 +32,11 @@ class FakeScorer:
         self.checked.append(plan)
         return self.exact_of(plan)
 
-    def floor(self, plan: Plan) -> int:
-        return self.floor_of(plan)
+    def floor(self, plan: Plan, over: int | None = None) -> int:
+        if over is None or self.bound_of is None or self.floor_of(plan) > over:
+            return self.floor_of(plan)
+        self.bounded.append(plan)
+        return self.bound_of(plan)
 
     def windows(self, plan: Plan) -> OffloadProblem:
         raise AssertionError("no offload in this scorer")

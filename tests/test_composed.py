@@ -150,11 +150,43 @@ def test_saved_bytes_floor_every_checked_peak_and_spare_checks(monkeypatch) -> N
     assert seen and all(floor <= peak for floor, peak in seen), seen
     assert any("ruled out by their saved bytes" in note for note in bounded.notes), bounded.notes
     checks = len(seen)
-    monkeypatch.setattr(JointScorer, "floor", lambda scorer, plan: 0)
+    monkeypatch.setattr(JointScorer, "floor", lambda scorer, plan, over=None: 0)
     _, _, every, _ = _partitioned("llama", 0.0)
     assert len(seen) - checks > checks
     assert every.plan_digest == bounded.plan_digest
     assert every.predicted_peak_bytes == bounded.predicted_peak_bytes
+
+
+@pytest.mark.parametrize(("name", "budget"), [("llama", 0.0), ("gpt2", 0.0), ("gpt2", 0.25)])
+def test_a_bound_from_the_first_pieces_is_under_the_composed_peak(monkeypatch, name, budget) -> None:
+    """``JointScorer.floor(plan, over)`` strings a plan's first new backward pieces' plans
+    with bounds for the rest (``composed._bound``). With any number of new pieces lowered
+    it must be at most the plan's composed peak (which it equals once every piece is),
+    and the search must choose what the saved bytes alone choose."""
+    seen: list[tuple[int, int, int, int]] = []  # (new pieces lowered, bound, peak, over)
+    floor = JointScorer.floor
+
+    def recording(scorer: JointScorer, plan, over=None) -> int:
+        if over is not None and scorer.planner is not None and plan not in scorer.realized:
+            result, hints = scorer.extract(plan)
+            users = scorer.costed.joint.num_fwd_outputs
+            bounds = []
+            for lowerings in range(4):
+                planner = functools.partial(scorer.planner.plan_graph, new_lowerings=lowerings, hints=hints)
+                args = (result.forward, result.backward)
+                peak = inductor_memory.predict_peak(*args, num_user_outputs=users, hints=hints, planner=planner)
+                bounds.append(peak.peak_bytes)
+            exact = scorer.realize(plan)[1].peak_bytes
+            seen.extend((lowerings, bound, exact, over) for lowerings, bound in enumerate(bounds))
+        return floor(scorer, plan, over)
+
+    monkeypatch.setattr(JointScorer, "floor", recording)
+    _, _, bounded, _ = _partitioned(name, budget)
+    assert seen and all(bound <= exact for _, bound, exact, _ in seen), seen
+    assert any(bound < exact for _, bound, exact, _ in seen), seen  # stand-ins were used
+    monkeypatch.setattr(JointScorer, "floor", lambda scorer, plan, over=None: floor(scorer, plan))
+    _, _, plain, _ = _partitioned(name, budget)
+    assert (plain.plan_digest, plain.predicted_peak_bytes) == (bounded.plan_digest, bounded.predicted_peak_bytes)
 
 
 def _audit_records(caplog) -> list[logging.LogRecord]:

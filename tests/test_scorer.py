@@ -197,6 +197,28 @@ def _tenth_under(plan: Plan) -> int:
     return exact_peak(plan) * 9 // 10
 
 
+@pytest.mark.parametrize("ratio", [0.0, 0.25, 0.5])
+def test_a_floor_pushed_against_a_limit_spares_checks_and_changes_no_choice(ratio: float) -> None:
+    """Plain floors far under the peaks (a tenth) rule nothing out; pushed against what a
+    plan must beat (``PlanScorer.floor(plan, over)``: 1% under) they rule out the plans
+    over it, which are then never checked, and the choice is what checking every plan of
+    the front gives."""
+    every = FakeScorer(exact_peak, exact_peak, checks=len(FAMILY))
+    pushed = FakeScorer(
+        exact_peak,
+        exact_peak,
+        checks=len(FAMILY),
+        floor_of=lambda p: exact_peak(p) // 10,
+        bound_of=lambda p: exact_peak(p) * 99 // 100,
+    )
+    a, b = _choose(every, ratio=ratio), _choose(pushed, ratio=ratio)
+    assert (a.plan, a.cap, a.min_peak) == (b.plan, b.cap, b.min_peak)
+    assert b.max_peak == a.max_peak if ratio else b.max_peak in (None, a.max_peak)  # at 0 the top is unasked
+    assert pushed.bounded and set(pushed.checked) < set(every.checked)
+    ruled_out = set(pushed.bounded) - set(pushed.checked)
+    assert ruled_out and all(exact_peak(p) > b.cap for p in ruled_out)
+
+
 def test_a_floor_over_an_exact_peak_is_not_trusted(caplog: pytest.LogCaptureFixture) -> None:
     """Floors above the exact peaks (a wrong bound, as a misprediction would give) rule out
     the plan that should be chosen at budget 0: seen on the plans checked, the search warns

@@ -35,10 +35,11 @@ import sympy
 import torch
 from torch import fx
 
-from cost_model import base_name, is_constructor
+from cost_model import SizeHints, base_name, is_constructor, tensor_bytes
+from cost_model.symbolic import numel
 from recompute_pass import torch_internals as ti
 from recompute_pass.graph import blocks
-from recompute_pass.memory.inductor_memory import Event, GraphPlan, keeps_order, plan_graph
+from recompute_pass.memory.inductor_memory import Event, GraphPlan, keeps_order, plan_graph, planned_configs
 
 
 @dataclass(frozen=True)
@@ -365,6 +366,7 @@ class PieceLowerings:
     repeated: blocks.Blocks
     plans: dict[tuple[object, ...], list[tuple[dict[str, object], GraphPlan]]] = field(default_factory=dict)
     asked: int = 0  # pieces asked for
+    pieces: dict[int, tuple[fx.GraphModule, list[Piece]]] = field(default_factory=dict)  # split, by graph
 
     @property
     def lowered(self) -> int:
@@ -380,10 +382,22 @@ class PieceLowerings:
         input_strides: dict[str, tuple[sympy.Expr, ...]] | None = None,
         variants: Sequence[dict[str, object]] = ({},),
         without_reuse: bool = False,
+        new_lowerings: int | None = None,
+        hints: SizeHints | None = None,
     ) -> list[tuple[dict[str, object], GraphPlan]]:
-        """``inductor_memory.plan_graph``'s answer, composed from the pieces' plans."""
+        """``inductor_memory.plan_graph``'s answer, composed from the pieces' plans.
+
+        ``new_lowerings``: at most this many backward pieces not lowered before are lowered,
+        the first in order; the others stand in as ``_bound`` at ``hints`` (so do the pieces
+        after them that read their outputs, whose strides are then unknown): the answer is a
+        bound below the whole plan, at the price of a few lowerings (``JointScorer.floor``)."""
         if is_backward:  # only what composition can see: no pass across the whole graph
             variants = [variant for variant in variants if keeps_order(variant)]
+        bounded = new_lowerings is not None and is_backward
+        assert not bounded or hints is not None, "a bound sizes its stand-ins at hints"
+        allowance = new_lowerings or 0
+        configs = [config for variant in variants for config, _ in planned_configs(variant, without_reuse)]
+        unknown: set[str] = set()  # outputs of stand-ins: their strides are not known
         placeholders = [n.name for n in graph.graph.find_nodes(op="placeholder")]
         # Backward inputs Inductor may write over; a forward's inputs it never frees.
         freeable = {placeholders[i] for i in donated} if is_backward else set()
@@ -391,7 +405,7 @@ class PieceLowerings:
         strides: dict[str, tuple[sympy.Expr, ...] | None] = dict(input_strides or {})
         composed: dict[tuple[tuple[str, object], ...], tuple[dict[str, object], list[Event]]] = {}
         held: set[str] = set(placeholders)  # outer names a storage is bound to
-        for number, piece in enumerate(split(graph, self.repeated.container)):
+        for number, piece in enumerate(self._split(graph)):
             given = {f"in{j}": strides.get(name) for j, name in enumerate(piece.inputs)}
             piece_donated = tuple(
                 j for j, name in enumerate(piece.inputs) if name in piece.last_used and name not in external
@@ -403,8 +417,18 @@ class PieceLowerings:
                 tuple(tuple(sorted(variant.items())) for variant in variants),
                 without_reuse,
             )
-            self.asked += 1
+            if bounded and (unknown & set(piece.inputs) or (key not in self.plans and allowance <= 0)):
+                assert hints is not None
+                stand_in = _renamed(_bound(piece, piece_donated, hints), piece, number)
+                for config in configs:
+                    _, events = composed.setdefault(tuple(sorted(config.items())), (config, []))
+                    events.extend(stand_in)
+                unknown.update(piece.outputs)
+                held.update(piece.outputs)
+                continue
+            self.asked += not bounded
             if key not in self.plans:
+                allowance -= 1
                 self.plans[key] = plan_graph(
                     piece.module(),
                     is_backward=True,
@@ -435,8 +459,100 @@ class PieceLowerings:
             results.append((config, plan))
         return results
 
+    def _split(self, graph: fx.GraphModule) -> list[Piece]:
+        """``split``, once per graph: a plan's graphs are composed again when bounded."""
+        cached = self.pieces.get(id(graph))
+        if cached is None or cached[0] is not graph:
+            cached = self.pieces[id(graph)] = (graph, split(graph, self.repeated.container))
+        return cached[1]
+
     def describe(self) -> str:
         return f"{self.repeated.describe()}; {self.lowered} of {self.asked} pieces lowered"
+
+
+def _bound(piece: Piece, donated: Sequence[int], hints: SizeHints) -> GraphPlan:
+    """What any memory plan of ``piece`` holds at least, as a plan: the inputs it frees,
+    freed first, then its outputs allocated, and nothing in between. Its end is a subset of
+    the real plan's end (an output's storage is counted only where it cannot be an input's
+    or another output's, and at its smallest), so strung with the real plans of the other
+    pieces it bounds the composed peak from below."""
+    inputs = {node: f"in{j}" for j, node in enumerate(n for n, is_input in piece.recipe if is_input)}
+    computed = {node for node, is_input in piece.recipe if not is_input}
+    events = [Event("free", inputs_name) for j, inputs_name in enumerate(inputs.values()) if j in donated]
+    stores: dict[fx.Node, str] = {}
+    outputs: list[str | None] = []
+    for index, node in enumerate(piece.live_out):
+        base, size = _storage_at_least(node, computed, hints)
+        if base in inputs:
+            outputs.append(inputs[base])
+        elif base in stores:
+            outputs.append(stores[base])
+        else:
+            stores[base] = f"bound{index}"
+            events.append(Event("alloc", stores[base], size))
+            outputs.append(stores[base])
+    return GraphPlan(
+        events=tuple(events),
+        inputs=tuple(inputs.values()),
+        outputs=tuple(outputs),
+        output_strides=(None,) * len(outputs),
+    )
+
+
+def _storage_at_least(node: fx.Node, computed: set[fx.Node], hints: SizeHints) -> tuple[fx.Node, int]:
+    """The value whose storage may hold ``node`` (through views, and ops Inductor may turn
+    into views: ``ti.inductor_noop_targets``), and the fewest bytes that storage can have:
+    0 where Inductor may write it into a ``cat``'s buffer."""
+    size = _least_bytes(node, hints)
+    while node in computed and node.op == "call_function":
+        if any(user.target is torch.ops.aten.cat.default for user in node.users):
+            size = 0
+        source = _aliased_input(node)
+        if source is None:
+            break
+        node = source
+        size = min(size, _least_bytes(node, hints))
+    return node, size
+
+
+def _aliased_input(node: fx.Node) -> fx.Node | None:
+    """The input ``node`` may be a view of, if any: a view op's (a part of a view op's
+    tuple: a ``split``'s), or the input an op Inductor may drop keeps (``remove_noop_ops``)."""
+    target = node.target
+    if target is operator.getitem:
+        source = node.args[0]
+        of_view = isinstance(source, fx.Node) and isinstance(source.target, ti.OpOverload)
+        return _first_tensor_arg(source) if of_view and source.target.is_view else None
+    if not isinstance(target, ti.OpOverload):
+        return None
+    if target.is_view or target in _LOWERED_AS_VIEWS:
+        return _first_tensor_arg(node)
+    kept = ti.inductor_noop_inputs().get(target)
+    if kept is None:
+        return None
+    source = kept(node.args) if callable(kept) else node.args[kept] if len(node.args) > kept else None
+    return source if isinstance(source, fx.Node) else None
+
+
+# Ops Inductor lowers to a view of their input though ATen's schema says they are not one.
+_LOWERED_AS_VIEWS = frozenset({torch.ops.aten._unsafe_view.default})
+
+
+def _first_tensor_arg(node: fx.Node) -> fx.Node | None:
+    source = node.args[0] if node.args else None
+    return source if isinstance(source, fx.Node) else None
+
+
+def _least_bytes(node: fx.Node, hints: SizeHints) -> int:
+    """The smaller of a value's element span and its element count, in bytes, at ``hints``
+    (0 where a size has no hint: an unbacked size could be 0)."""
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return 0
+    least = sympy.Min(tensor_bytes(val), numel(val) * val.dtype.itemsize)
+    if not least.free_symbols <= hints.values.keys():
+        return 0
+    return hints.evaluate(least)
 
 
 def _renamed(plan: GraphPlan, piece: Piece, number: int) -> list[Event]:

@@ -104,13 +104,21 @@ def plan_graph(
         with lowering_of as (lowering, schedule):
             for variant in scheduled:
                 scheduler = schedule({k: v for k, v in variant.items() if k in ti.SCHEDULER_CONFIG})
-                configs = [(dict(variant), bool(ti.inductor_config.allow_buffer_reuse))]
-                if without_reuse and configs[0][1]:
-                    configs.append(({**variant, "allow_buffer_reuse": False}, False))
+                configs = planned_configs(variant, without_reuse)
                 plans[id(variant)] = [
                     (config, _plan_of(lowering, scheduler, order, reuse=reuse)) for config, reuse in configs
                 ]
     return [plan for variant in variants for plan in plans[id(variant)]]
+
+
+def planned_configs(variant: dict[str, object], without_reuse: bool) -> list[tuple[dict[str, object], bool]]:
+    """The configs ``plan_graph`` plans ``variant`` under, each with whether it reuses
+    buffers: the variant, and the variant without reuse where asked and reuse is on."""
+    reuse = bool(variant.get("allow_buffer_reuse", ti.inductor_config.allow_buffer_reuse))
+    configs = [(dict(variant), reuse)]
+    if without_reuse and reuse:
+        configs.append(({**variant, "allow_buffer_reuse": False}, False))
+    return configs
 
 
 def compiled_plan(lowering: object, scheduler: object) -> GraphPlan:

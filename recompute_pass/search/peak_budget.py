@@ -194,6 +194,7 @@ class _ExactPeaks:
     notes: list[str]
     known: dict[Plan, int] = field(default_factory=dict)
     floors: dict[Plan, int] = field(default_factory=dict)
+    pushed: set[Plan] = field(default_factory=set)  # floors pushed up against a limit
     bounded: bool = True  # False: every floor 0 (one proved wrong)
 
     def of(self, plan: Plan) -> int | None:
@@ -218,6 +219,16 @@ class _ExactPeaks:
             self.floors[plan] = self.scorer.floor(plan)
         return self.floors[plan] if self.bounded else 0
 
+    def over(self, plan: Plan, limit: int) -> bool:
+        """Whether the plan's exact peak is over ``limit`` by its floor, pushed up (once per
+        plan, at a fraction of a check's price) where the plain one is not over."""
+        if not self.bounded or plan in self.known:
+            return False
+        if self.floor(plan) <= limit and plan not in self.pushed:
+            self.pushed.add(plan)
+            self.floors[plan] = max(self.floors[plan], self.scorer.floor(plan, limit))
+        return self.floor(plan) > limit
+
     def floors_held(self) -> bool:
         return not self.bounded or all(peak >= self.floor(p) for p, peak in self.known.items())
 
@@ -230,7 +241,7 @@ class _ExactPeaks:
                 self.must(plan)
             elif self.floor(plan) > min(found):
                 break
-            else:
+            elif not self.over(plan, min(found)):
                 self.of(plan)
         return min(self.known[p] for p in plans if p in self.known)
 
@@ -241,7 +252,7 @@ class _ExactPeaks:
         for plan in sorted(plans, key=lambda p: p.cost(problem)):
             if best is not None and plan.cost(problem) > best[0]:
                 break
-            peak = None if self.floor(plan) > budget else self.of(plan)
+            peak = None if self.over(plan, budget) else self.of(plan)
             if peak is not None and peak <= budget and (best is None or peak < best[1]):
                 best = (plan.cost(problem), peak, plan)
         return None if best is None else best[2]  # None only under a wrong floor
