@@ -148,7 +148,7 @@ def test_saved_bytes_floor_every_checked_peak_and_spare_checks(monkeypatch) -> N
     monkeypatch.setattr(JointScorer, "exact", recording)
     _, _, bounded, _ = _partitioned("llama", 0.0)
     assert seen and all(floor <= peak for floor, peak in seen), seen
-    assert any("ruled out by their saved bytes" in note for note in bounded.notes), bounded.notes
+    assert any("ruled out by their floors" in note for note in bounded.notes), bounded.notes
     checks = len(seen)
     monkeypatch.setattr(JointScorer, "floor", lambda scorer, plan, over=None: 0)
     _, _, every, _ = _partitioned("llama", 0.0)
@@ -157,7 +157,7 @@ def test_saved_bytes_floor_every_checked_peak_and_spare_checks(monkeypatch) -> N
     assert every.predicted_peak_bytes == bounded.predicted_peak_bytes
 
 
-@pytest.mark.parametrize(("name", "budget"), [("llama", 0.0), ("gpt2", 0.0), ("gpt2", 0.25)])
+@pytest.mark.parametrize(("name", "budget"), [("llama", 0.0), ("gpt2", 0.25)])
 def test_a_bound_from_the_first_pieces_is_under_the_composed_peak(monkeypatch, name, budget) -> None:
     """``JointScorer.floor(plan, over)`` strings a plan's first new backward pieces' plans
     with bounds for the rest (``composed._bound``). With any number of new pieces lowered
@@ -173,9 +173,10 @@ def test_a_bound_from_the_first_pieces_is_under_the_composed_peak(monkeypatch, n
             bounds = []
             for lowerings in range(4):
                 planner = functools.partial(scorer.planner.plan_graph, new_lowerings=lowerings, hints=hints)
-                args = (result.forward, result.backward)
-                peak = inductor_memory.predict_peak(*args, num_user_outputs=users, hints=hints, planner=planner)
-                bounds.append(peak.peak_bytes)
+                bound = inductor_memory.predict_peak(
+                    result.forward, result.backward, num_user_outputs=users, hints=hints, planner=planner
+                )
+                bounds.append(bound.peak_bytes)
             exact = scorer.realize(plan)[1].peak_bytes
             seen.extend((lowerings, bound, exact, over) for lowerings, bound in enumerate(bounds))
         return floor(scorer, plan, over)
@@ -186,7 +187,8 @@ def test_a_bound_from_the_first_pieces_is_under_the_composed_peak(monkeypatch, n
     assert any(bound < exact for _, bound, exact, _ in seen), seen  # stand-ins were used
     monkeypatch.setattr(JointScorer, "floor", lambda scorer, plan, over=None: floor(scorer, plan))
     _, _, plain, _ = _partitioned(name, budget)
-    assert (plain.plan_digest, plain.predicted_peak_bytes) == (bounded.plan_digest, bounded.predicted_peak_bytes)
+    assert plain.plan_digest == bounded.plan_digest
+    assert plain.predicted_peak_bytes == bounded.predicted_peak_bytes
 
 
 def _audit_records(caplog) -> list[logging.LogRecord]:

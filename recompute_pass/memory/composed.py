@@ -501,7 +501,7 @@ def _bound(piece: Piece, donated: Sequence[int], hints: SizeHints) -> GraphPlan:
 
 def _storage_at_least(node: fx.Node, computed: set[fx.Node], hints: SizeHints) -> tuple[fx.Node, int]:
     """The value whose storage may hold ``node`` (through views, and ops Inductor may turn
-    into views: ``ti.inductor_noop_targets``), and the fewest bytes that storage can have:
+    into views: ``ti.inductor_noop_inputs``), and the fewest bytes that storage can have:
     0 where Inductor may write it into a ``cat``'s buffer."""
     size = _least_bytes(node, hints)
     while node in computed and node.op == "call_function":

@@ -19,8 +19,11 @@ the joint graph, ``plan_peak``); the peaks that set the range and decide are the
 predictions of the plans on the estimate's peak/cost Pareto front (``_checked``), the
 same plans at every budget below 1. A check is an Inductor lowering, so a plan is not
 checked where its floor (its saved bytes, ``PlanScorer.floor``) already rules it out: over
-the budget, or over the lowest peak found while the range's low end is sought. The choice
-is the one checking every plan of that front gives (12 layers: 2-4 checks instead of 7).
+the budget, or over the lowest peak found while the range's low end is sought; where it
+does not, the floor is pushed against that limit (a deep graph's peak composed from the
+first of the plan's new pieces, ``JointScorer.floor``) before the plan is checked. The
+choice is the one checking every plan of that front gives (12 layers: 1-4 checks instead
+of 7).
 Budget 1 is the fastest plan's own peak, so only a plan as cheap can be chosen over it:
 only those are searched and checked there, and the report leaves the range's low end,
 which that choice does not need, unknown. Likewise budget 0 and an absolute cap are
@@ -176,7 +179,7 @@ def choose_by_peak(
     spared = sum(p not in peaks.known for p in dict.fromkeys([*checked, *found]))
     notes.append(
         f"peak search over {len(scored)} plans, {len(peaks.known)} checked"
-        + (f" ({spared} more of the front ruled out by their saved bytes or cost)" if spared else "")
+        + (f" ({spared} more of the front ruled out by their floors or cost)" if spared else "")
     )
     points = [(peaks.known.get(p, peak), cost) for p, (peak, cost) in scored.items()]
     return PeakChoice(chosen, budget, min_peak, peaks.known.get(fastest), _pareto(points), tuple(notes))
