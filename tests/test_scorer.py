@@ -238,8 +238,11 @@ def test_checks_past_their_time_limit_choose_among_those_made(
 ) -> None:
     """A check deadline already past (a safety, never reached on a graph the count fits):
     only the one plan the budget cannot do without is checked (the range's top where the
-    ratio needs it, else the low end's lowest floor), one warning, and that plan is chosen."""
-    scorer = FakeScorer(exact_peak, exact_peak, checks=len(FAMILY), floor_of=_tenth_under)
+    ratio needs it, else the low end's lowest floor), one warning, and that plan is chosen;
+    no floor is pushed (that too costs lowerings)."""
+    scorer = FakeScorer(
+        exact_peak, exact_peak, checks=len(FAMILY), floor_of=_tenth_under, bound_of=exact_peak
+    )
     with caplog.at_level("WARNING"):
         choice = choose_by_peak(
             PROBLEM, FRONTIER, scorer, ratio=ratio, cap=None, deadline=math.inf, check_deadline=-math.inf
@@ -252,3 +255,4 @@ def test_checks_past_their_time_limit_choose_among_those_made(
     assert choice.plan == checked and choice.min_peak == choice.cap == exact_peak(checked)
     assert "exact peaks stopped by the time limit" in choice.notes
     assert len([r for r in caplog.records if "time limit" in r.getMessage()]) == 1
+    assert not scorer.bounded

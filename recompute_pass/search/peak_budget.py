@@ -224,10 +224,11 @@ class _ExactPeaks:
 
     def over(self, plan: Plan, limit: int) -> bool:
         """Whether the plan's exact peak is over ``limit`` by its floor, pushed up (once per
-        plan, at a fraction of a check's price) where the plain one is not over."""
+        plan, at a fraction of a check's price, before the time limit) where the plain one
+        is not over."""
         if not self.bounded or plan in self.known:
             return False
-        if self.floor(plan) <= limit and plan not in self.pushed:
+        if self.floor(plan) <= limit and plan not in self.pushed and time.monotonic() <= self.stop:
             self.pushed.add(plan)
             self.floors[plan] = max(self.floors[plan], self.scorer.floor(plan, limit))
         return self.floor(plan) > limit
