@@ -59,12 +59,12 @@ class Spy:
 def spy_partitions() -> Iterator[Spy]:
     """Record the problem, decision and extracted graphs of every partition in the block.
 
-    Wraps the partitioner's stage functions (``decide``, ``realize``) without changing
-    what they return, so a test can check the plan independently of the report. A peak
-    budget realizes plans while it decides, the chosen one among them.
+    Wraps the partitioner's stage functions (``decide``, ``extract_plan``) without
+    changing what they return, so a test can check the plan independently of the report.
+    A peak budget extracts plans while it decides, the chosen one among them.
     """
     spy = Spy()
-    decide, realize = partitioner_module.decide, partitioner_module.realize
+    decide, extract_plan = partitioner_module.decide, partitioner_module.extract_plan
 
     def spying_decide(problem: Problem, options: Any, scorer: Any = None) -> Decision:
         spy._realized.clear()
@@ -75,8 +75,8 @@ def spy_partitions() -> Iterator[Spy]:
             spy._pending.append((problem, decision))
         return decision
 
-    def spying_realize(costed: Any, plan: Any, **kwargs: Any) -> Any:
-        result = realize(costed, plan, **kwargs)
+    def spying_extract(costed: Any, plan: Any, *args: Any) -> Any:
+        result = extract_plan(costed, plan, *args)
         spy._realized[plan] = result[0]
         if spy._pending and spy._pending[-1][1].plan == plan:
             problem, decision = spy._pending.pop()
@@ -85,7 +85,7 @@ def spy_partitions() -> Iterator[Spy]:
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(partitioner_module, "decide", spying_decide)
-        patch.setattr(partitioner_module, "realize", spying_realize)
+        patch.setattr(partitioner_module, "extract_plan", spying_extract)
         yield spy
 
 
