@@ -22,8 +22,8 @@ checked where its floor (its saved bytes, ``PlanScorer.floor``) already rules it
 the budget, or over the lowest peak found while the range's low end is sought; where it
 does not, the floor is pushed against that limit (a deep graph's peak composed from the
 first of the plan's new pieces, ``JointScorer.floor``) before the plan is checked. The
-choice is the one checking every plan of that front gives (12 layers: 1-4 checks instead
-of 7).
+choice is the one checking every plan of that front gives (12 layers: 1-3 checks instead
+of 7-8).
 Budget 1 is the fastest plan's own peak, so only a plan as cheap can be chosen over it:
 only those are searched and checked there, and the report leaves the range's low end,
 which that choice does not need, unknown. Likewise budget 0 and an absolute cap are
