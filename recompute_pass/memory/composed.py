@@ -478,7 +478,7 @@ def _bound(piece: Piece, donated: Sequence[int], hints: SizeHints) -> GraphPlan:
     pieces it bounds the composed peak from below."""
     inputs = {node: f"in{j}" for j, node in enumerate(n for n, is_input in piece.recipe if is_input)}
     computed = {node for node, is_input in piece.recipe if not is_input}
-    events = [Event("free", inputs_name) for j, inputs_name in enumerate(inputs.values()) if j in donated]
+    events = [Event("free", f"in{j}") for j in donated]
     stores: dict[fx.Node, str] = {}
     outputs: list[str | None] = []
     for index, node in enumerate(piece.live_out):
