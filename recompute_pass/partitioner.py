@@ -22,6 +22,7 @@ from recompute_pass import report_store
 from recompute_pass import torch_internals as ti
 from recompute_pass.extract.extraction import Partition, extract
 from recompute_pass.extract.offload import offload_partition
+from recompute_pass.extract.rebuild import rebuild_at_each_use
 from recompute_pass.graph.costing import Costed, build_problem, measure, resolve_device
 from recompute_pass.graph.joint_graph import RegionBudgetError, analyze, prepare
 from recompute_pass.graph.plan_sizes import planned_hints
@@ -397,6 +398,8 @@ def extract_plan(costed: Costed, plan: Plan, plan_sizes: dict[str, int]) -> tupl
     result = extract(costed.joint, list(nodes.saved), set(nodes.recomputed), list(nodes.replayed))
     # Read again: replaying a draw can add a symbol (its state's size) after costing.
     hints = planned_hints(result.forward.graph, plan_sizes)
+    rebuilt = rebuild_at_each_use(result.backward, set(result.recomputed), hints)
+    result = dataclasses.replace(result, rebuilt=rebuilt)
     if plan.offloaded:
         names = [costed.joint.candidates[i].node.name for i in sorted(plan.offloaded)]
         result = offload_partition(result, names, costed.device, hints)

@@ -391,6 +391,13 @@ def _unreplayable_draws(costed: Costed, names: dict[fx.Node, str]) -> tuple[str,
     return (f"random, not replayable, never recomputed: {', '.join(draws)}",) if draws else ()
 
 
+def _rebuilt(partition: Partition, names: dict[str, str]) -> tuple[str, ...]:
+    """Recomputed values backward computes again before each use, so none is held between uses."""
+    if not partition.rebuilt:
+        return ()
+    return (f"rebuilt before each use in backward: {', '.join(names.get(n, n) for n in partition.rebuilt)}",)
+
+
 def gradients_of(module: fx.GraphModule, num_fwd_outputs: int, static: Iterable[fx.Node]) -> Gradients | None:
     """Count the joint graph's gradients: its outputs after the forward's are one per primal
     input, None where the input needs none (a frozen weight, a buffer, the batch)."""
@@ -484,6 +491,7 @@ def build_report(
         notes=(
             *decision.notes,
             *_unreplayable_draws(costed, names),
+            *_rebuilt(partition, by_name),
             *filter(None, [peak.note]),
             *[f"backward compiled with Inductor's {k}={v!r} (peaks lower)" for k, v in peak.compile_patches],
         ),

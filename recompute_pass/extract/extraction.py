@@ -27,6 +27,7 @@ class Partition:
     recomputed: tuple[str, ...]  # forward node names the backward graph recomputes
     replayed: tuple[str, ...]  # recomputed random draws, replayed from saved generator state
     offloaded: tuple[Transfer, ...] = ()  # saved values held in host memory (``offload_extraction``)
+    rebuilt: tuple[str, ...] = ()  # recomputed values computed again before each use (``rebuild``)
 
 
 def extract(
