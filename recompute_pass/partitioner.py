@@ -352,7 +352,7 @@ class JointScorer:
         """The plan's graphs, extracted once per plan, and the size hints they are planned at."""
         if plan not in self.extracted:
             with ti.lazy_codegen():  # most plans checked are never run
-                self.extracted[plan] = extract_plan(self.costed, plan, self.plan_sizes)
+                self.extracted[plan] = extract_plan(self.costed, plan, self.plan_sizes, rebuild=self.inductor)
         return self.extracted[plan]
 
     def realize(self, plan: Plan) -> tuple[Partition, PeakEstimate]:
@@ -388,18 +388,24 @@ def realize(
     when ``inductor`` (the graphs will be compiled by Inductor; composed from the graphs'
     pieces with ``planner``), else from the graphs; at ``plan_sizes`` where given
     (``RecomputeOptions.plan_sizes``)."""
-    result, hints = extract_plan(costed, plan, plan_sizes or {})
+    result, hints = extract_plan(costed, plan, plan_sizes or {}, rebuild=inductor)
     return result, predict(costed, result, hints, inductor=inductor, planner=planner)
 
 
-def extract_plan(costed: Costed, plan: Plan, plan_sizes: dict[str, int]) -> tuple[Partition, SizeHints]:
-    """The graphs a plan runs as, and the size hints they are planned at."""
+def extract_plan(
+    costed: Costed, plan: Plan, plan_sizes: dict[str, int], *, rebuild: bool
+) -> tuple[Partition, SizeHints]:
+    """The graphs a plan runs as, and the size hints they are planned at. ``rebuild``:
+    cheap recomputed values are computed again before each use (``extract.rebuild``), where
+    Inductor compiles the backward and predicts its peak; on the graphs the joint-graph walk
+    scores plans by replaying extraction exactly, which copies would break."""
     nodes = PlanNodes.of(costed, plan)
     result = extract(costed.joint, list(nodes.saved), set(nodes.recomputed), list(nodes.replayed))
     # Read again: replaying a draw can add a symbol (its state's size) after costing.
     hints = planned_hints(result.forward.graph, plan_sizes)
-    rebuilt = rebuild_at_each_use(result.backward, set(result.recomputed), hints)
-    result = dataclasses.replace(result, rebuilt=rebuilt)
+    if rebuild:
+        rebuilt = rebuild_at_each_use(result.backward, set(result.recomputed), hints)
+        result = dataclasses.replace(result, rebuilt=rebuilt)
     if plan.offloaded:
         names = [costed.joint.candidates[i].node.name for i in sorted(plan.offloaded)]
         result = offload_partition(result, names, costed.device, hints)

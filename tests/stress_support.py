@@ -75,8 +75,8 @@ def spy_partitions() -> Iterator[Spy]:
             spy._pending.append((problem, decision))
         return decision
 
-    def spying_extract(costed: Any, plan: Any, *args: Any) -> Any:
-        result = extract_plan(costed, plan, *args)
+    def spying_extract(costed: Any, plan: Any, *args: Any, **kwargs: Any) -> Any:
+        result = extract_plan(costed, plan, *args, **kwargs)
         spy._realized[plan] = result[0]
         if spy._pending and spy._pending[-1][1].plan == plan:
             problem, decision = spy._pending.pop()

@@ -20,6 +20,7 @@ from recompute_pass.graph.costing import fuses
 
 # Past this many nodes a chain is not "cheap" whatever its ops: copies would bloat the graph.
 MAX_CHAIN_NODES = 32
+_MODULE_STACKS = ("nn_module_stack", "fwd_nn_module_stack")
 
 
 def rebuild_at_each_use(
@@ -42,7 +43,7 @@ def rebuild_at_each_use(
             copied: dict[fx.Node, fx.Node] = {}
             with graph.inserting_before(user):
                 for original in chain:
-                    copied[original] = _copy(graph, original, copied)
+                    copied[original] = _copy(graph, original, copied, user)
             user.replace_input_with(node, copied[node])
         rebuilt.append(node.name)
     if rebuilt:
@@ -50,11 +51,17 @@ def rebuild_at_each_use(
     return tuple(rebuilt)
 
 
-def _copy(graph: fx.Graph, original: fx.Node, copied: dict[fx.Node, fx.Node]) -> fx.Node:
-    """A copy under a name no forward node has, so the graphs still say what was recomputed."""
+def _copy(graph: fx.Graph, original: fx.Node, copied: dict[fx.Node, fx.Node], reader: fx.Node) -> fx.Node:
+    """A copy under a name no forward node has, so the graphs still say what was recomputed,
+    in its reader's module (the block whose backward it belongs to, for ``memory.composed``)."""
     args, kwargs = fx.map_arg((original.args, original.kwargs), lambda n: copied.get(n, n))
     copy = graph.create_node(original.op, original.target, args, kwargs, name=f"{original.name}_rebuilt")
     copy.meta = dict(original.meta)
+    for key in _MODULE_STACKS:
+        if key in reader.meta:
+            copy.meta[key] = reader.meta[key]
+        else:
+            copy.meta.pop(key, None)
     return copy
 
 
