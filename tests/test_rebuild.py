@@ -57,6 +57,22 @@ def test_a_broadcast_mask_read_twice_is_rebuilt_before_its_second_reader() -> No
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
+def test_a_mask_read_through_views_is_rebuilt() -> None:
+    """Views only describe the buffer; what reads them (here products) decides."""
+
+    def through_views(rows: torch.Tensor, cols: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
+        mask = torch.where(rows <= cols, 0.0, -1e4)
+        return mask.t() @ k, mask.view(S, S) @ q
+
+    inputs = _positions()
+    gm = _traced(through_views, *inputs)
+    expected = gm(*inputs)
+    assert "where" in rebuild_at_each_use(gm, _everything_recomputed(gm), SizeHints.static())
+    assert len(_readers_of_masks(gm)) == 2
+    for got, want in zip(gm(*inputs), expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def test_a_value_only_pointwise_ops_read_is_kept() -> None:
     """Inductor computes it inside each reader: there is no buffer to hold."""
 
@@ -121,18 +137,14 @@ def _partitioned_at_budget_0(captured) -> tuple[torch.fx.GraphModule, object]:
 def test_hf_attention_masks_are_rebuilt_per_block_and_lower_the_peak(monkeypatch) -> None:
     """Under ``torch.compile`` HF's mask code materialises a float [batch, 1, seq, seq] mask
     that every layer's attention backward reads. Rebuilt before each, it is held only there:
-    a 2-layer Llama at 512 tokens then peaks 10% lower at budget 0 (7.58 -> 6.82 MB)."""
+    compiled, a 2-layer Llama at 512 tokens then peaks 10% lower at budget 0 (7.58 -> 6.82 MB)."""
     pytest.importorskip("transformers")
     model, tokens = _hf_llama_and_tokens()
     (captured,) = capture_joints(model, tokens)
     backward, report = _partitioned_at_budget_0(captured)
     assert any(note.startswith("rebuilt before each use") for note in report.notes), report.notes
-    nodes = list(backward.graph.nodes)
-    attention = [
-        n
-        for n in nodes
-        if n.target is torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
-    ]
+    sdpa_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+    attention = list(backward.graph.find_nodes(op="call_function", target=sdpa_backward))
     masks = [n.kwargs["attn_mask"] for n in attention]
     assert len(attention) == 2 and len(set(masks)) == 2, masks
     for mask, reader in zip(masks, attention, strict=True):
