@@ -15,7 +15,8 @@ from collections.abc import Collection
 import sympy
 from torch import fx
 
-from cost_model import OpKind, SizeHints, classify, tensor_bytes
+from cost_model import SizeHints, tensor_bytes
+from recompute_pass import torch_internals as ti
 from recompute_pass.graph.costing import fuses
 
 # Past this many nodes a chain is not "cheap" whatever its ops: copies would bloat the graph.
@@ -33,7 +34,7 @@ def rebuild_at_each_use(
     for node in list(graph.nodes):
         if node.op != "call_function" or node.name not in recomputed or len(node.users) < 2:
             continue
-        if not any(_needs_buffer(user) for user in node.users):  # computed inside each reader
+        if all(ti.is_pointwise_use(user) for user in node.users):  # computed inside each reader
             continue
         chain = _cheap_chain(node, recomputed)
         if chain is None or not _larger_than_its_inputs(node, chain, hints):
@@ -49,14 +50,6 @@ def rebuild_at_each_use(
     if rebuilt:
         backward.recompile()
     return tuple(rebuilt)
-
-
-def _needs_buffer(reader: fx.Node) -> bool:
-    """Whether ``reader`` reads its input from memory (a kernel Inductor does not fuse it
-    into), looking through views to what reads them."""
-    if classify(reader) is OpKind.VIEW:
-        return any(_needs_buffer(user) for user in reader.users)
-    return not fuses(reader)
 
 
 def _copy(graph: fx.Graph, original: fx.Node, copied: dict[fx.Node, fx.Node], reader: fx.Node) -> fx.Node:
