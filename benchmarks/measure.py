@@ -76,15 +76,15 @@ def step_memory(
     summed in time order; the backward starts at a ``record_function`` mark.
     """
     if device.type == "cuda":
-        gc.collect()
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        start = torch.cuda.memory_allocated(device)
-        loss = forward()
-        torch.cuda.synchronize(device)
-        after = torch.cuda.memory_allocated(device) - start
-        backward(loss)
-        torch.cuda.synchronize(device)
+        with _no_collection():
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            start = torch.cuda.memory_allocated(device)
+            loss = forward()
+            torch.cuda.synchronize(device)
+            after = torch.cuda.memory_allocated(device) - start
+            backward(loss)
+            torch.cuda.synchronize(device)
         return StepMemory(torch.cuda.max_memory_allocated(device) - start, after), loss
     timeline, loss = step_timeline(forward, backward)
     peak = max([0, *(level for _, level in timeline)])  # 0: the level at the start
