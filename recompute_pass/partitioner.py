@@ -23,6 +23,7 @@ from recompute_pass import torch_internals as ti
 from recompute_pass.extract.extraction import Partition, extract
 from recompute_pass.extract.offload import offload_partition
 from recompute_pass.extract.rebuild import rebuild_at_each_use
+from recompute_pass.extract.store import store_sums
 from recompute_pass.graph.costing import Costed, build_problem, measure, resolve_device
 from recompute_pass.graph.joint_graph import RegionBudgetError, analyze, prepare
 from recompute_pass.graph.plan_sizes import planned_hints
@@ -404,8 +405,10 @@ def extract_plan(
     # Read again: replaying a draw can add a symbol (its state's size) after costing.
     hints = planned_hints(result.forward.graph, plan_sizes)
     if rebuild:
-        rebuilt = rebuild_at_each_use(result.backward, set(result.recomputed), hints)
-        result = dataclasses.replace(result, rebuilt=rebuilt)
+        recomputed = set(result.recomputed)
+        rebuilt = rebuild_at_each_use(result.backward, recomputed, hints)
+        stored = store_sums(result.backward, recomputed, hints)
+        result = dataclasses.replace(result, rebuilt=rebuilt, stored=stored)
     if plan.offloaded:
         names = [costed.joint.candidates[i].node.name for i in sorted(plan.offloaded)]
         result = offload_partition(result, names, costed.device, hints)

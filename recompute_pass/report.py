@@ -398,6 +398,13 @@ def _rebuilt(partition: Partition, names: dict[str, str]) -> tuple[str, ...]:
     return (f"rebuilt before each use in backward: {', '.join(names.get(n, n) for n in partition.rebuilt)}",)
 
 
+def _stored(partition: Partition, names: dict[str, str]) -> tuple[str, ...]:
+    """Recomputed values backward stores once, so that the products they sum die there."""
+    if not partition.stored:
+        return ()
+    return (f"stored once in backward, inputs freed: {', '.join(names.get(n, n) for n in partition.stored)}",)
+
+
 def gradients_of(module: fx.GraphModule, num_fwd_outputs: int, static: Iterable[fx.Node]) -> Gradients | None:
     """Count the joint graph's gradients: its outputs after the forward's are one per primal
     input, None where the input needs none (a frozen weight, a buffer, the batch)."""
@@ -492,6 +499,7 @@ def build_report(
             *decision.notes,
             *_unreplayable_draws(costed, names),
             *_rebuilt(partition, by_name),
+            *_stored(partition, by_name),
             *filter(None, [peak.note]),
             *[f"backward compiled with Inductor's {k}={v!r} (peaks lower)" for k, v in peak.compile_patches],
         ),

@@ -64,6 +64,7 @@ from torch._guards import detect_fake_mode
 from torch._inductor import compile_fx as inductor_compile_fx
 from torch._inductor import config as inductor_config
 from torch._inductor import ir as inductor_ir
+from torch._inductor import lowering as inductor_lowerings
 from torch._inductor.codegen.cpp import CppScheduling
 from torch._inductor.codegen.wrapper import buffer_reuse_key, can_match_buffer_size
 from torch._inductor.compile_fx import (
@@ -100,6 +101,8 @@ __all__ = [
     "ao_offload",
     "ao_reload",
     "ao_wait_tensor",
+    "store",
+    "store_op",
     "insert_offload_ops",
     "pinned_memory_pool",
     "CPP_MAX_KERNEL_GROUP_ARGS",
@@ -378,6 +381,33 @@ def default_store() -> torch.distributed.Store:
     from torch.distributed.distributed_c10d import _get_default_store
 
     return _get_default_store()
+
+
+@torch.library.custom_op("recompute_pass::store", mutates_args=())
+def store(value: torch.Tensor) -> torch.Tensor:
+    """A copy of ``value``; under Inductor, ``value`` stored once in a buffer of its own
+    kernel, which no other kernel fuses with (``_lower_store``)."""
+    return value.clone()
+
+
+@store.register_fake
+def _store_fake(value: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(value)
+
+
+@inductor_lowerings.register_lowering(torch.ops.recompute_pass.store.default, type_promotion_kind=None)
+def _lower_store(value: Any) -> Any:
+    """Inductor computes a pointwise value inside each kernel that reads it, and its
+    scheduler fuses a stored value's kernel into its readers' (moving it to the last of
+    them); both keep the value's inputs alive until its last reader. Here it is computed
+    where the graph puts it, and its inputs may die there."""
+    if not inductor_ir.is_storage_and_layout(value):
+        value = inductor_ir.ExternKernel.copy_input(value)
+    V.graph.no_fuse_buffer_names.add(value.get_name())
+    return value
+
+
+store_op = torch.ops.recompute_pass.store.default
 
 
 # Inductor's C++ backend runs consecutive kernels as one group until this many arguments.

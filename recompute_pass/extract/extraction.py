@@ -28,6 +28,7 @@ class Partition:
     replayed: tuple[str, ...]  # recomputed random draws, replayed from saved generator state
     offloaded: tuple[Transfer, ...] = ()  # saved values held in host memory (``offload_extraction``)
     rebuilt: tuple[str, ...] = ()  # recomputed values computed again before each use (``rebuild``)
+    stored: tuple[str, ...] = ()  # recomputed values stored once so their inputs die early (``store``)
 
 
 def extract(

@@ -1,0 +1,145 @@
+"""A recomputed sum of products is stored once (``extract.store``), and only such a value."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from benchmarks import hf_models
+from cost_model import SizeHints
+from recompute_pass import capture_reports, partitioner, recompute_backend
+from recompute_pass import torch_internals as ti
+from recompute_pass.extract.store import store_sums
+from recompute_pass.options import RecomputeOptions
+from recompute_pass.partitioner import partition
+from tests.harness import assert_same_step, run_step
+from tests.joint_graphs import capture_joints
+
+S = 64
+
+
+def _traced(fn, *inputs: torch.Tensor) -> torch.fx.GraphModule:
+    return make_fx(fn, tracing_mode="fake")(*inputs)
+
+
+def _lora_sum_read_twice(x: torch.Tensor, w: torch.Tensor, a: torch.Tensor, b: torch.Tensor):
+    """A LoRA projection, base plus scaled adapter, read by two kernels (as SwiGLU's
+    backward reads the gate projection)."""
+    gate = x @ w + (x @ a @ b) * 2.0
+    return gate.sigmoid() @ w, (gate * x) @ w
+
+
+def _inputs() -> tuple[torch.Tensor, ...]:
+    return torch.randn(S, S), torch.randn(S, S), torch.randn(S, 8), torch.randn(8, S)
+
+
+def _everything_recomputed(gm: torch.fx.GraphModule) -> set[str]:
+    return {n.name for n in gm.graph.nodes if n.op == "call_function"}
+
+
+def _stores(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return list(gm.graph.find_nodes(op="call_function", target=ti.store_op))
+
+
+def test_a_sum_of_products_read_twice_is_stored_once() -> None:
+    inputs = _inputs()
+    gm = _traced(_lora_sum_read_twice, *inputs)
+    expected = gm(*inputs)
+    stored = store_sums(gm, _everything_recomputed(gm), SizeHints.static())
+    assert len(stored) == 1
+    (store,) = _stores(gm)
+    (value,) = store.args
+    assert value.name == stored[0] and list(value.users) == [store]  # every reader reads the store
+    assert len(store.users) == 2
+    for got, want in zip(gm(*inputs), expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_values_storing_would_not_free_memory_are_left_inline() -> None:
+    def read_once(x, w, a, b):
+        return ((x @ w + (x @ a @ b)).sigmoid() @ w,)
+
+    def products_read_elsewhere(x, w, a, b):
+        base = x @ w
+        gate = base + x @ a @ b
+        return gate.sigmoid() @ w, (gate * x) @ w, base @ w
+
+    def of_graph_inputs(x, w, a, b):  # saved tensors: held anyway
+        gate = x + w
+        return gate.sigmoid() @ w, (gate * x) @ w
+
+    def larger_than_its_products(x, w, a, b):  # an outer sum: [S, S] from [S, 1] and [1, S]
+        gate = x @ w[:, :1] + (x @ w[:, :1]).t()
+        return gate.sigmoid() @ w, (gate * x) @ w
+
+    for fn in (read_once, products_read_elsewhere, of_graph_inputs, larger_than_its_products):
+        gm = _traced(fn, *_inputs())
+        assert store_sums(gm, _everything_recomputed(gm), SizeHints.static()) == (), fn.__name__
+        assert not _stores(gm), fn.__name__
+
+
+def test_only_recomputed_values_are_stored() -> None:
+    """A value backward computes for itself (a gradient) is Inductor's to place."""
+    gm = _traced(_lora_sum_read_twice, *_inputs())
+    sums = {n.name for n in gm.graph.nodes if n.target is torch.ops.aten.add.Tensor}
+    assert store_sums(gm, _everything_recomputed(gm) - sums, SizeHints.static()) == ()
+
+
+def test_inductor_stores_the_value_in_its_own_kernel() -> None:
+    """Compiled, the stored graph gives the eager values (the store is a copy eagerly)."""
+    inputs = _inputs()
+    gm = _traced(_lora_sum_read_twice, *inputs)
+    store_sums(gm, _everything_recomputed(gm), SizeHints.static())
+    compiled = torch.compile(gm, backend="inductor", fullgraph=True)
+    for got, want in zip(compiled(*inputs), _lora_sum_read_twice(*inputs), strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def _hf_llama_lora_all_and_tokens(seq: int = 256) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    torch.manual_seed(0)
+    model = hf_models.llama(vocab=128, seq=seq, dim=64, heads=4, hidden=176, layers=2)
+    model = hf_models.lora(model, hf_models.LORA_ALL_LINEAR["llama"])
+    tokens = torch.randint(0, 128, (2, seq))
+    return model, (tokens, tokens)
+
+
+def _partitioned_at_budget_0(captured) -> object:
+    joint = captured.analyzed()
+    _, _, report = partition(
+        captured.copy(),
+        num_fwd_outputs=joint.num_fwd_outputs,
+        static_lifetime_input_indices=[],
+        options=RecomputeOptions(memory_budget=0.0, fallback=False),
+        compiler="inductor",
+    )
+    return report
+
+
+def test_lora_projections_are_stored_and_lower_the_peak(monkeypatch) -> None:
+    """LoRA on every linear layer of a Llama: the recomputed gate and up projections sum a
+    base and an adapter product each, and Inductor splits the SwiGLU backward into two
+    kernels that read both sums. Stored, the four products die at the sums: at 256 tokens
+    budget 0 is predicted 8% lower (4.46 -> 4.09 MB)."""
+    pytest.importorskip("peft")
+    model, tokens = _hf_llama_lora_all_and_tokens()
+    (captured,) = capture_joints(model, tokens)
+    report = _partitioned_at_budget_0(captured)
+    notes = [n for n in report.notes if n.startswith("stored once in backward")]
+    assert notes and "mlp" in notes[0], report.notes
+    with monkeypatch.context() as patch:
+        patch.setattr(partitioner, "store_sums", lambda *args: ())
+        inline = _partitioned_at_budget_0(captured)
+    assert report.predicted_peak_bytes < 0.95 * inline.predicted_peak_bytes, (
+        report.predicted_peak_bytes,
+        inline.predicted_peak_bytes,
+    )
+
+
+def test_stored_projections_give_eager_gradients() -> None:
+    pytest.importorskip("peft")
+    backend = recompute_backend.with_options(memory_budget=0.0, fallback=False)
+    with capture_reports() as reports:
+        compiled = run_step(*_hf_llama_lora_all_and_tokens(), backend=backend)
+    assert any(n.startswith("stored once in backward") for r in reports for n in r.notes)
+    assert_same_step(compiled, run_step(*_hf_llama_lora_all_and_tokens()))
