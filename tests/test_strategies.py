@@ -16,7 +16,7 @@ from recompute_pass.solver.frontier import Relaxation, hull
 from recompute_pass.solver.problem import Item, Plan, Problem
 from recompute_pass.solver.strategies import STRATEGIES, InfeasibleProblem
 from recompute_pass.solver.strategies.strategy_mincut import bracket
-from recompute_pass.solver.strategies.strategy_sqrt_n import block_segments
+from recompute_pass.solver.strategies.strategy_sqrt_n import block_segments, segment_policy
 
 
 def brute_force(problem: Problem, budget: float) -> Plan | None:
@@ -243,6 +243,49 @@ def test_block_segments_cut_the_forward_at_its_blocks() -> None:
         tuple(dataclasses.replace(it, block=min(it.block, 0)) for it in problem.items), problem.needed
     )
     assert block_segments(one, 1.0) is None
+
+
+def _blocks_sharing_a_mask(source_size: int, *, source_fuses: bool = False, blocks: int = 3) -> Problem:
+    """A chain of blocks that all read one large mask, built before the first by a fusible
+    op from a small position value (HF's float attention mask and its indices)."""
+    items = [
+        Item("embed", 64, 1e-6, 1e-6, (), can_save=True, can_recompute=True),
+        Item("positions", source_size, 1e-6, 1e-4, (), True, True, fuses=source_fuses),
+        Item("mask", 1024, 1e-6, 1e-4, (1,), True, True, fuses=True, block=0),
+    ]
+    for b in range(blocks):
+        for k in range(2):
+            i = len(items)
+            inputs = (i - 1, 2) if k == 0 else (i - 1,)
+            items.append(Item(f"b{b}.{k}", 64, 1e-6, 1e-3, inputs if i > 3 else (0, 2), True, True, block=b))
+    forward = len(items)
+    for i in (2, *range(3, forward)):  # backward reads the mask and every block value
+        items.append(Item(f"grad{i}", 64, 1e-6, 1e-6, (i,), False, True, is_forward=False))
+    return Problem(tuple(items), frozenset(range(forward, len(items))))
+
+
+def test_block_plans_save_a_shared_masks_small_sources_instead_of_the_mask() -> None:
+    """Recomputed from its saved sources, the mask is rebuilt before each block's use in
+    backward (``extract.rebuild``) instead of being held throughout."""
+    problem = _blocks_sharing_a_mask(source_size=8)
+    names = [it.name for it in problem.items]
+    cut = block_segments(problem, 1.0)
+    _, must_not_save = segment_policy(problem, segment=cut, blocks=True)
+    assert names.index("mask") in must_not_save and names.index("positions") not in must_not_save
+    _, at_any_cut = segment_policy(problem, segment=cut)
+    assert names.index("mask") not in at_any_cut  # cuts of equal bytes keep the old rule
+    saved = [{names[i] for i in plan.saved} for plan in segment_plans(problem)]
+    assert any("positions" in plan and "mask" not in plan for plan in saved), saved
+
+
+def test_a_mask_from_large_or_cheap_sources_stays_saveable() -> None:
+    names = [it.name for it in _blocks_sharing_a_mask(source_size=8).items]
+    for problem in (_blocks_sharing_a_mask(source_size=256), _blocks_sharing_a_mask(8, source_fuses=True)):
+        _, must_not_save = segment_policy(problem, segment=block_segments(problem, 1.0), blocks=True)
+        # Sources of an eighth of the mask or more are no saving: it stays saveable. A fusible
+        # source with no inputs is a constructor, part of the chain: the mask is then rebuilt
+        # from nothing, and is not saved.
+        assert (names.index("mask") in must_not_save) == (problem.items[1].fuses), problem.items[1]
 
 
 def test_the_smallest_per_block_plan_saves_block_outputs_only() -> None:

@@ -185,6 +185,7 @@ def build_problem(
                 is_forward=candidate.forward,
                 is_matrix=cost.kind in MATRIX_KINDS,
                 selects_output=node.target is operator.getitem,
+                fuses=fusing(node),
                 block=block_of.get(node, blocks.OUTSIDE),
             )
         )

@@ -88,11 +88,12 @@ def segment_plans(problem: Problem) -> list[Plan]:
     activations = sum(it.is_forward and it.can_save and it.size > 0 for it in problem.items)
     counts = {2**j for j in range(1, max(1, activations).bit_length())}
     counts.add(max(2, round(math.sqrt(activations))))
-    cuts = [segments(problem, count) for count in sorted(counts)]
-    cuts += [cut for per_block in BLOCK_CUTS if (cut := block_segments(problem, per_block)) is not None]
+    cuts = [(segments(problem, count), False) for count in sorted(counts)]
+    at_blocks = (block_segments(problem, per_block) for per_block in BLOCK_CUTS)
+    cuts += [(cut, True) for cut in at_blocks if cut is not None]
     plans: list[Plan] = []
-    for cut in cuts:
-        restricted = policy_problem(problem, *segment_policy(problem, segment=cut))
+    for cut, blocks in cuts:
+        restricted = policy_problem(problem, *segment_policy(problem, segment=cut, blocks=blocks))
         graph = CutGraph.build(restricted)
         plans += [graph.solve(restricted, 0.0), graph.solve(restricted, dominant_price(restricted))]
     return plans

@@ -79,6 +79,7 @@ class Item:
     # cost model, so strategies stay free of torch):
     is_matrix: bool = False  # a compute-bound matmul, convolution or attention kernel
     selects_output: bool = False  # one result of a multi-output op (its input): no work of its own
+    fuses: bool = False  # computed inside the kernels that read it (pointwise, view, constructor)
     # The repeated block (layer) it was traced in, by index; -1 outside every block, or in
     # a graph that repeats none (``graph.blocks``): segment plans cut at block boundaries.
     block: int = -1

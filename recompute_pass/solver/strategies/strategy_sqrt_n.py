@@ -65,15 +65,55 @@ def block_segments(problem: Problem, per_block: float) -> list[int] | None:
 
 
 def segment_policy(
-    problem: Problem, count: int | None = None, segment: list[int] | None = None
+    problem: Problem, count: int | None = None, segment: list[int] | None = None, *, blocks: bool = False
 ) -> tuple[set[int], set[int]]:
     """(may recompute, must not save): everything may be recomputed; of the forward values,
     only those crossing into a later segment may be saved. ``segment``: each item's
-    segment (``block_segments``), instead of ``count`` segments of equal bytes."""
+    segment (``block_segments``), instead of ``count`` segments of equal bytes. ``blocks``:
+    the cut is at repeated blocks; a crossing value the blocks share that is rebuilt
+    cheaply from far smaller values is then recomputed from them (``shared_rebuilds``)."""
     segment = segment if segment is not None else segments(problem, count)
     crossing = {j for i, it in enumerate(problem.items) for j in it.inputs if segment[j] < segment[i]}
+    if blocks:
+        for value, sources in shared_rebuilds(problem, crossing).items():
+            crossing = (crossing - {value}) | sources
     forward = {i for i, it in enumerate(problem.items) if it.is_forward}
     return set(range(len(problem))), forward - crossing
+
+
+# A shared value is recomputed when its sources hold at most this share of its bytes.
+SHARED_SOURCE_SHARE = 1 / 8
+
+
+def shared_rebuilds(problem: Problem, crossing: set[int]) -> dict[int, frozenset[int]]:
+    """Each crossing value computed by fusible ops alone from values outside every block
+    (or from nothing) that hold at most ``SHARED_SOURCE_SHARE`` of its bytes: its sources.
+
+    HF's float attention mask under ``torch.compile``, [batch, 1, seq, seq], is such a value,
+    built from position indices a thousandth its size and read by every block. Saved, it
+    is held throughout backward; recomputed from its saved sources, Inductor's backward
+    rebuilds it before each block's attention (``extract.rebuild``)."""
+    items = problem.items
+    result: dict[int, frozenset[int]] = {}
+    for value in sorted(crossing):
+        if not (items[value].fuses and items[value].can_recompute and items[value].size > 0):
+            continue
+        chain, sources, stack = set(), set(), [value]
+        while stack:
+            i = stack.pop()
+            if i in chain or i in sources:
+                continue
+            if items[i].fuses and items[i].can_recompute:
+                chain.add(i)
+                stack.extend(items[i].inputs)
+            elif items[i].block < 0 and items[i].is_forward and items[i].can_save:
+                sources.add(i)  # shared by the blocks, computed by a kernel of its own
+            else:
+                break  # a kernel of a block's own: not a cheap rebuild
+        else:
+            if sum(items[j].size for j in sources) <= SHARED_SOURCE_SHARE * items[value].size:
+                result[value] = frozenset(sources)
+    return result
 
 
 class SqrtNStrategy:
