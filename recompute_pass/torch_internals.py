@@ -101,7 +101,6 @@ __all__ = [
     "ao_offload",
     "ao_reload",
     "ao_wait_tensor",
-    "store",
     "store_op",
     "insert_offload_ops",
     "pinned_memory_pool",
@@ -384,13 +383,13 @@ def default_store() -> torch.distributed.Store:
 
 
 @torch.library.custom_op("recompute_pass::store", mutates_args=())
-def store(value: torch.Tensor) -> torch.Tensor:
+def _store(value: torch.Tensor) -> torch.Tensor:
     """A copy of ``value``; under Inductor, ``value`` stored once in a buffer of its own
     kernel, which no other kernel fuses with (``_lower_store``)."""
     return value.clone()
 
 
-@store.register_fake
+@_store.register_fake
 def _store_fake(value: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(value)
 
