@@ -245,9 +245,12 @@ def test_block_segments_cut_the_forward_at_its_blocks() -> None:
     assert block_segments(one, 1.0) is None
 
 
-def _blocks_sharing_a_mask(source_size: int, *, source_fuses: bool = False, blocks: int = 3) -> Problem:
+def _blocks_sharing_a_mask(
+    source_size: int, *, source_fuses: bool = False, readers_fuse: bool = False, blocks: int = 3
+) -> Problem:
     """A chain of blocks that all read one large mask, built before the first by a fusible
-    op from a small position value (HF's float attention mask and its indices)."""
+    op from a small position value (HF's float attention mask and its indices), read by
+    a kernel that needs it as a buffer (attention) unless ``readers_fuse``."""
     items = [
         Item("embed", 64, 1e-6, 1e-6, (), can_save=True, can_recompute=True),
         Item("positions", source_size, 1e-6, 1e-4, (), True, True, fuses=source_fuses),
@@ -256,11 +259,13 @@ def _blocks_sharing_a_mask(source_size: int, *, source_fuses: bool = False, bloc
     for b in range(blocks):
         for k in range(2):
             i = len(items)
-            inputs = (i - 1, 2) if k == 0 else (i - 1,)
-            items.append(Item(f"b{b}.{k}", 64, 1e-6, 1e-3, inputs if i > 3 else (0, 2), True, True, block=b))
+            inputs = ((i - 1, 2) if i > 3 else (0, 2)) if k == 0 else (i - 1,)
+            fuses = readers_fuse and k == 0
+            items.append(Item(f"b{b}.{k}", 64, 1e-6, 1e-3, inputs, True, True, fuses=fuses, block=b))
     forward = len(items)
     for i in (2, *range(3, forward)):  # backward reads the mask and every block value
-        items.append(Item(f"grad{i}", 64, 1e-6, 1e-6, (i,), False, True, is_forward=False))
+        fuses = readers_fuse and i == 2
+        items.append(Item(f"grad{i}", 64, 1e-6, 1e-6, (i,), False, True, is_forward=False, fuses=fuses))
     return Problem(tuple(items), frozenset(range(forward, len(items))))
 
 
@@ -280,12 +285,16 @@ def test_block_plans_save_a_shared_masks_small_sources_instead_of_the_mask() -> 
 
 def test_a_mask_from_large_or_cheap_sources_stays_saveable() -> None:
     names = [it.name for it in _blocks_sharing_a_mask(source_size=8).items]
-    for problem in (_blocks_sharing_a_mask(source_size=256), _blocks_sharing_a_mask(8, source_fuses=True)):
+    cases = {
+        "sources an eighth of the mask or more": (_blocks_sharing_a_mask(256), False),
+        "read inside fused kernels only": (_blocks_sharing_a_mask(8, readers_fuse=True), False),
+        # A fusible source with no inputs is a constructor, part of the chain: the mask is
+        # then rebuilt from nothing.
+        "built from constructors alone": (_blocks_sharing_a_mask(8, source_fuses=True), True),
+    }
+    for case, (problem, recomputed) in cases.items():
         _, must_not_save = segment_policy(problem, segment=block_segments(problem, 1.0), blocks=True)
-        # Sources of an eighth of the mask or more are no saving: it stays saveable. A fusible
-        # source with no inputs is a constructor, part of the chain: the mask is then rebuilt
-        # from nothing, and is not saved.
-        assert (names.index("mask") in must_not_save) == (problem.items[1].fuses), problem.items[1]
+        assert (names.index("mask") in must_not_save) == recomputed, case
 
 
 def test_the_smallest_per_block_plan_saves_block_outputs_only() -> None:

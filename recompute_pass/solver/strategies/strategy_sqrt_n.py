@@ -87,16 +87,20 @@ SHARED_SOURCE_SHARE = 1 / 8
 
 def shared_rebuilds(problem: Problem, crossing: set[int]) -> dict[int, frozenset[int]]:
     """Each crossing value computed by fusible ops alone from values outside every block
-    (or from nothing) that hold at most ``SHARED_SOURCE_SHARE`` of its bytes: its sources.
+    (or from nothing) that hold at most ``SHARED_SOURCE_SHARE`` of its bytes, and read by a
+    kernel that needs it as a buffer (as ``extract.rebuild`` asks): its sources.
 
     HF's float attention mask under ``torch.compile``, [batch, 1, seq, seq], is such a value,
     built from position indices a thousandth its size and read by every block. Saved, it
     is held throughout backward; recomputed from its saved sources, Inductor's backward
     rebuilds it before each block's attention (``extract.rebuild``)."""
     items = problem.items
+    buffer_readers = {j for it in items if not it.fuses for j in it.inputs}
     result: dict[int, frozenset[int]] = {}
     for value in sorted(crossing):
         if not (items[value].fuses and items[value].can_recompute and items[value].size > 0):
+            continue
+        if value not in buffer_readers:  # computed inside each reader: nothing held to rebuild
             continue
         chain, sources, stack = set(), set(), [value]
         while stack:
