@@ -397,9 +397,10 @@ def extract_plan(
     costed: Costed, plan: Plan, plan_sizes: dict[str, int], *, rebuild: bool
 ) -> tuple[Partition, SizeHints]:
     """The graphs a plan runs as, and the size hints they are planned at. ``rebuild``:
-    cheap recomputed values are computed again before each use (``extract.rebuild``), where
-    Inductor compiles the backward and predicts its peak; on the graphs the joint-graph walk
-    scores plans by replaying extraction exactly, which copies would break."""
+    cheap recomputed values are computed again before each use (``extract.rebuild``) and
+    recomputed sums stored once (``extract.store``), where Inductor compiles the backward
+    and predicts its peak; on the graphs the joint-graph walk scores plans by replaying
+    extraction exactly, which either rewrite would break."""
     nodes = PlanNodes.of(costed, plan)
     result = extract(costed.joint, list(nodes.saved), set(nodes.recomputed), list(nodes.replayed))
     # Read again: replaying a draw can add a symbol (its state's size) after costing.
