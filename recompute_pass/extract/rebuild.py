@@ -10,7 +10,7 @@ computing it again before each use costs one fused kernel per use and holds it o
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 
 import sympy
 from torch import fx
@@ -93,9 +93,17 @@ def _cheap_chain(value: fx.Node, recomputed: Collection[str]) -> list[fx.Node] |
 def _larger_than_its_inputs(value: fx.Node, chain: list[fx.Node], hints: SizeHints) -> bool:
     """Whether the value holds more bytes than the inputs its copies keep alive longer."""
     inputs = {n for node in chain for n in node.all_input_nodes if n.op == "placeholder"}
+    return holds_more([value], inputs, hints)
+
+
+def holds_more(these: Iterable[fx.Node], than: Iterable[fx.Node], hints: SizeHints) -> bool:
+    """Whether ``these`` values hold more bytes together than ``than`` at the size hints;
+    False where a size cannot be evaluated (a rewrite is then not worth the risk)."""
     try:
-        held = hints.evaluate(tensor_bytes(value.meta.get("val")))
-        kept = hints.evaluate(sum((tensor_bytes(n.meta.get("val")) for n in inputs), sympy.Integer(0)))
+        return _bytes(these, hints) > _bytes(than, hints)
     except (ValueError, TypeError):
         return False
-    return held > kept
+
+
+def _bytes(values: Iterable[fx.Node], hints: SizeHints) -> int:
+    return hints.evaluate(sum((tensor_bytes(n.meta.get("val")) for n in values), sympy.Integer(0)))

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-import sympy
 from torch import fx
 
-from cost_model import SizeHints, tensor_bytes
+from cost_model import SizeHints
 from cost_model.kinds import OpKind, classify
 from recompute_pass import torch_internals as ti
+from recompute_pass.extract.rebuild import holds_more
 from recompute_pass.graph.costing import fuses
 
 
@@ -32,7 +32,7 @@ def store_sums(backward: fx.GraphModule, recomputed: Collection[str], hints: Siz
         if classify(node) is not OpKind.POINTWISE or node.is_impure():
             continue
         freed = _freed_by_storing(node)
-        if not freed or not _frees_more_than_it_holds(node, freed, hints):
+        if not freed or not holds_more(freed, [node], hints):
             continue
         users = list(node.users)
         with graph.inserting_after(node):
@@ -44,16 +44,6 @@ def store_sums(backward: fx.GraphModule, recomputed: Collection[str], hints: Siz
     if stored:
         backward.recompile()
     return tuple(stored)
-
-
-def _frees_more_than_it_holds(value: fx.Node, freed: list[fx.Node], hints: SizeHints) -> bool:
-    """Whether the buffers storing ``value`` frees early hold more bytes than it does."""
-    try:
-        held = hints.evaluate(tensor_bytes(value.meta.get("val")))
-        kept = hints.evaluate(sum((tensor_bytes(n.meta.get("val")) for n in freed), sympy.Integer(0)))
-    except (ValueError, TypeError):
-        return False
-    return kept > held
 
 
 def _freed_by_storing(value: fx.Node) -> list[fx.Node]:
