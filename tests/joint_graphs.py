@@ -12,6 +12,9 @@ from torch import fx
 from benchmarks.models import model_cases
 from recompute_pass import torch_internals as ti
 from recompute_pass.graph.joint_graph import JointGraph, analyze, prepare
+from recompute_pass.options import RecomputeOptions
+from recompute_pass.partitioner import partition
+from recompute_pass.report import PartitionReport
 
 REFERENCE_BATCH = 4
 
@@ -27,6 +30,16 @@ class CapturedJoint:
         graph = fx.Graph()
         graph.output(graph.graph_copy(self.module.graph, {}))
         return fx.GraphModule(self.module, graph)
+
+    def partitioned(self, **options: object) -> tuple[fx.GraphModule, fx.GraphModule, PartitionReport]:
+        """A fresh copy partitioned as Inductor's partitioner call would (no compile)."""
+        return partition(
+            self.copy(),
+            num_fwd_outputs=self.num_fwd_outputs,
+            static_lifetime_input_indices=list(self.static_lifetime_input_indices),
+            options=RecomputeOptions(fallback=False, **options),
+            compiler="inductor",
+        )
 
     def analyzed(self) -> JointGraph:
         """A fresh copy, prepared and analysed as the partitioner's first stage does."""

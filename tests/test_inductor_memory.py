@@ -32,7 +32,6 @@ from recompute_pass import (
 )
 from recompute_pass import torch_internals as ti
 from recompute_pass.memory import inductor_memory
-from recompute_pass.partitioner import partition
 from tests.harness import Step, assert_same_step, build, case_inputs, compiled_step_peak, run_step
 from tests.joint_graphs import reference_joints
 
@@ -99,13 +98,7 @@ def test_peak_cap_holds_through_inductor() -> None:
 def _partition(name: str, **options: object) -> PartitionReport:
     """Partition a captured joint as Inductor's partitioner call would (no compile)."""
     (joint,) = reference_joints(name)
-    _, _, report = partition(
-        joint.copy(),
-        num_fwd_outputs=joint.num_fwd_outputs,
-        static_lifetime_input_indices=joint.static_lifetime_input_indices,
-        options=RecomputeOptions(fallback=False, **options),
-        compiler="inductor",
-    )
+    _, _, report = joint.partitioned(**options)
     return report
 
 

@@ -11,8 +11,6 @@ from cost_model import SizeHints
 from recompute_pass import capture_reports, partitioner, recompute_backend
 from recompute_pass import torch_internals as ti
 from recompute_pass.extract.store import store_sums
-from recompute_pass.options import RecomputeOptions
-from recompute_pass.partitioner import partition
 from tests.harness import assert_same_step, run_step
 from tests.joint_graphs import capture_joints
 
@@ -104,32 +102,20 @@ def _hf_llama_lora_all_and_tokens(seq: int = 256) -> tuple[torch.nn.Module, tupl
     return model, (tokens, tokens)
 
 
-def _partitioned_at_budget_0(captured) -> object:
-    joint = captured.analyzed()
-    _, _, report = partition(
-        captured.copy(),
-        num_fwd_outputs=joint.num_fwd_outputs,
-        static_lifetime_input_indices=[],
-        options=RecomputeOptions(memory_budget=0.0, fallback=False),
-        compiler="inductor",
-    )
-    return report
-
-
 def test_lora_projections_are_stored_and_lower_the_peak(monkeypatch) -> None:
     """LoRA on every linear layer of a Llama: the recomputed gate and up projections sum a
     base and an adapter product each, and Inductor splits the SwiGLU backward into two
     kernels that read both sums. Stored, the four products die at the sums: at 256 tokens
-    budget 0 is predicted 8% lower (4.46 -> 4.09 MB)."""
+    budget 0 is predicted 9% lower (3.95 -> 3.59 MB, parameters static as under torch.compile)."""
     pytest.importorskip("peft")
     model, tokens = _hf_llama_lora_all_and_tokens()
     (captured,) = capture_joints(model, tokens)
-    report = _partitioned_at_budget_0(captured)
+    _, _, report = captured.partitioned(memory_budget=0.0)
     notes = [n for n in report.notes if n.startswith("stored once in backward")]
     assert notes and "mlp" in notes[0], report.notes
     with monkeypatch.context() as patch:
         patch.setattr(partitioner, "store_sums", lambda *args: ())
-        inline = _partitioned_at_budget_0(captured)
+        _, _, inline = captured.partitioned(memory_budget=0.0)
     assert report.predicted_peak_bytes < 0.95 * inline.predicted_peak_bytes, (
         report.predicted_peak_bytes,
         inline.predicted_peak_bytes,
