@@ -26,18 +26,20 @@ def store_sums(backward: fx.GraphModule, recomputed: Collection[str], hints: Siz
     buffer inputs (read by it alone) hold more bytes than it does; returns their names."""
     graph = backward.graph
     stored: list[str] = []
+    order: dict[fx.Node, float] = {n: i for i, n in enumerate(graph.nodes)}  # kept as stores are added
     for node in list(graph.nodes):
         if node.op != "call_function" or node.name not in recomputed or len(node.users) < 2:
             continue
         if classify(node) is not OpKind.POINTWISE or node.is_impure():
             continue
-        freed = _freed_by_storing(node)
+        freed = _freed_by_storing(node, order)
         if not freed or not holds_more(freed, [node], hints):
             continue
         users = list(node.users)
         with graph.inserting_after(node):
             store = graph.call_function(ti.store_op, (node,))
         store.meta = dict(node.meta)
+        order[store] = order[node] + 0.5
         for user in users:
             user.replace_input_with(node, store)
         stored.append(node.name)
@@ -46,7 +48,7 @@ def store_sums(backward: fx.GraphModule, recomputed: Collection[str], hints: Siz
     return tuple(stored)
 
 
-def _freed_by_storing(value: fx.Node) -> list[fx.Node]:
+def _freed_by_storing(value: fx.Node, order: dict[fx.Node, float]) -> list[fx.Node]:
     """The buffers (kernel outputs, not graph inputs) that only ``value``'s inlined
     computation reads: ``value`` and its fusible ancestors that no other node reads."""
     ancestors: set[fx.Node] = set()
@@ -57,7 +59,6 @@ def _freed_by_storing(value: fx.Node) -> list[fx.Node]:
             ancestors.add(node)
             if fuses(node):
                 stack.extend(node.all_input_nodes)
-    order = {n: i for i, n in enumerate(value.graph.nodes)}
     inlined, freed = {value}, []
     for node in sorted(ancestors, key=order.__getitem__, reverse=True):  # readers first
         if not set(node.users) <= inlined:
