@@ -23,6 +23,7 @@ from recompute_pass import torch_internals as ti
 from recompute_pass.extract.extraction import Partition, extract
 from recompute_pass.extract.offload import offload_partition
 from recompute_pass.extract.rebuild import rebuild_at_each_use
+from recompute_pass.extract.scale import hoist_scales
 from recompute_pass.extract.store import store_sums
 from recompute_pass.graph.costing import Costed, build_problem, measure, resolve_device
 from recompute_pass.graph.joint_graph import RegionBudgetError, analyze, prepare
@@ -396,11 +397,12 @@ def realize(
 def extract_plan(
     costed: Costed, plan: Plan, plan_sizes: dict[str, int], *, rebuild: bool
 ) -> tuple[Partition, SizeHints]:
-    """The graphs a plan runs as, and the size hints they are planned at. ``rebuild``:
-    cheap recomputed values are computed again before each use (``extract.rebuild``) and
-    recomputed sums stored once (``extract.store``), where Inductor compiles the backward
-    and predicts its peak; on the graphs the joint-graph walk scores plans by replaying
-    extraction exactly, which either rewrite would break."""
+    """The graphs a plan runs as, and the size hints they are planned at. ``rebuild``: where
+    Inductor compiles the backward and predicts its peak, three rewrites free backward
+    memory: cheap recomputed values computed again before each use (``extract.rebuild``),
+    recomputed sums stored once (``extract.store``), scales read only by GEMMs moved onto
+    their outputs (``extract.scale``). On the graphs the joint-graph walk scores plans by
+    replaying extraction exactly, which they would break."""
     nodes = PlanNodes.of(costed, plan)
     result = extract(costed.joint, list(nodes.saved), set(nodes.recomputed), list(nodes.replayed))
     # Read again: replaying a draw can add a symbol (its state's size) after costing.
@@ -409,7 +411,8 @@ def extract_plan(
         recomputed = set(result.recomputed)
         rebuilt = rebuild_at_each_use(result.backward, recomputed, hints)
         stored = store_sums(result.backward, recomputed, hints)
-        result = dataclasses.replace(result, rebuilt=rebuilt, stored=stored)
+        scaled = hoist_scales(result.backward, hints)
+        result = dataclasses.replace(result, rebuilt=rebuilt, stored=stored, scaled=scaled)
     if plan.offloaded:
         names = [costed.joint.candidates[i].node.name for i in sorted(plan.offloaded)]
         result = offload_partition(result, names, costed.device, hints)

@@ -405,6 +405,14 @@ def _stored(partition: Partition, names: dict[str, str]) -> tuple[str, ...]:
     return (f"stored once in backward, inputs freed: {', '.join(names.get(n, n) for n in partition.stored)}",)
 
 
+def _scaled(partition: Partition) -> tuple[str, ...]:
+    """Backward scales applied to GEMM outputs, so that the unscaled gradient alone is stored."""
+    if not partition.scaled:
+        return ()
+    count = len(partition.scaled)
+    return (f"scales moved onto GEMM outputs in backward, a gradient buffer freed each: {count}",)
+
+
 def gradients_of(module: fx.GraphModule, num_fwd_outputs: int, static: Iterable[fx.Node]) -> Gradients | None:
     """Count the joint graph's gradients: its outputs after the forward's are one per primal
     input, None where the input needs none (a frozen weight, a buffer, the batch)."""
@@ -500,6 +508,7 @@ def build_report(
             *_unreplayable_draws(costed, names),
             *_rebuilt(partition, by_name),
             *_stored(partition, by_name),
+            *_scaled(partition),
             *filter(None, [peak.note]),
             *[f"backward compiled with Inductor's {k}={v!r} (peaks lower)" for k, v in peak.compile_patches],
         ),

@@ -29,6 +29,7 @@ class Partition:
     offloaded: tuple[Transfer, ...] = ()  # saved values held in host memory (``offload_extraction``)
     rebuilt: tuple[str, ...] = ()  # recomputed values computed again before each use (``rebuild``)
     stored: tuple[str, ...] = ()  # recomputed values stored once so their inputs die early (``store``)
+    scaled: tuple[str, ...] = ()  # backward scales moved onto the GEMMs reading them (``scale``)
 
 
 def extract(
