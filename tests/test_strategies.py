@@ -218,15 +218,17 @@ def test_milp_tie_with_the_min_cut_plan_is_optimal_without_warning(caplog: pytes
     assert _close(solution.plan.cost(problem), brute_force(problem, 8).cost(problem))
 
 
-def _blocked_chain(blocks: int, per_block: int) -> Problem:
+def _blocked_chain(blocks: int, per_block: int, head: int = 0) -> Problem:
     """A chain of ``blocks`` blocks of ``per_block`` forward values each (an embedding
-    outside them first), and one backward value reading each forward value, as a
-    transformer's gradient reads each layer's activations."""
+    outside them first, ``head`` values outside them last), and one backward value reading
+    each forward value, as a transformer's gradient reads each layer's activations."""
     items = [Item("embed", 64, 1e-6, 1e-6, (), can_save=True, can_recompute=True)]
     for b in range(blocks):
         for k in range(per_block):
             i = len(items)
             items.append(Item(f"b{b}.{k}", 64, 1e-6, 1e-3, (i - 1,), True, True, block=b))
+    for k in range(head):
+        items.append(Item(f"head{k}", 64, 1e-6, 1e-3, (len(items) - 1,), True, True))
     forward = len(items)
     for i in range(1, forward):
         items.append(Item(f"grad{i}", 64, 1e-6, 1e-6, (i,), False, True, is_forward=False))
@@ -303,3 +305,19 @@ def test_the_smallest_per_block_plan_saves_block_outputs_only() -> None:
     problem = _blocked_chain(blocks=3, per_block=4)
     saved = [frozenset(problem.items[i].name for i in plan.saved) for plan in segment_plans(problem)]
     assert frozenset({"b0.3", "b1.3"}) in saved  # the embedding, from no input, is rebuilt
+
+
+def test_the_head_after_the_last_block_may_be_a_segment_of_its_own() -> None:
+    """A language model's head (norm, logits, loss) after the last block: joined to the
+    last block's segment, backward rebuilds that block before the loss's backward and holds
+    it beside the logits; apart, as under per-block checkpointing, the last block's output
+    is saved. The family has both."""
+    problem = _blocked_chain(blocks=3, per_block=4, head=2)
+    head = slice(13, 15)
+    assert block_segments(problem, 1.0)[head] == [2, 2]
+    assert block_segments(problem, 1.0, head_apart=True)[head] == [3, 3]
+    assert block_segments(problem, 2.0, head_apart=True)[head] == [6, 6]
+    assert block_segments(problem, 1.0, head_apart=True)[:13] == block_segments(problem, 1.0)[:13]
+    saved = [frozenset(problem.items[i].name for i in plan.saved) for plan in segment_plans(problem)]
+    assert frozenset({"b0.3", "b1.3"}) in saved
+    assert frozenset({"b0.3", "b1.3", "b2.3"}) in saved

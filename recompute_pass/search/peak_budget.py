@@ -84,12 +84,17 @@ class PeakChoice:
 def segment_plans(problem: Problem) -> list[Plan]:
     """The cheapest and the smallest plan saving only segment boundaries, per K segments of
     equal bytes, and per cut at the repeated blocks (two blocks, one, or half a block a
-    segment) where the graph has them."""
+    segment; the head after the last block joined to its segment or apart) where the
+    graph has them."""
     activations = sum(it.is_forward and it.can_save and it.size > 0 for it in problem.items)
     counts = {2**j for j in range(1, max(1, activations).bit_length())}
     counts.add(max(2, round(math.sqrt(activations))))
     cuts = [(segments(problem, count), False) for count in sorted(counts)]
-    at_blocks = (block_segments(problem, per_block) for per_block in BLOCK_CUTS)
+    at_blocks = (
+        block_segments(problem, per_block, head_apart=head_apart)
+        for per_block in BLOCK_CUTS
+        for head_apart in (False, True)
+    )
     cuts += [(cut, True) for cut in at_blocks if cut is not None]
     plans: list[Plan] = []
     for cut, blocks in cuts:

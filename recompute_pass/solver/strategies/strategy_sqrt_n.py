@@ -32,12 +32,16 @@ def segments(problem: Problem, count: int | None = None) -> list[int]:
     return result
 
 
-def block_segments(problem: Problem, per_block: float) -> list[int] | None:
+def block_segments(problem: Problem, per_block: float, *, head_apart: bool = False) -> list[int] | None:
     """Each item's segment when the forward is cut at its repeated blocks (``Item.block``),
     ``per_block`` segments to a block (0.5: two blocks a segment; 2: each block halved by
-    activation bytes); what runs outside the blocks joins the segment before it. Backward
-    values are in none (-1): what backward reads inside a segment is rebuilt, not saved,
-    as per-block checkpointing does. None for a graph of fewer than two blocks.
+    activation bytes); what runs outside the blocks joins the segment before it, but with
+    ``head_apart`` what runs after the last block (a language model's head and loss) is a
+    segment of its own, as under per-block checkpointing: the last block's output may be
+    saved, so backward need not rebuild that block before the loss's backward and hold it
+    beside the logits. Backward values are in none (-1): what backward reads inside a
+    segment is rebuilt, not saved, as per-block checkpointing does. None for a graph of
+    fewer than two blocks.
 
     Per-block checkpointing saves each block's input and rebuilds one block at a time;
     segments of equal bytes, whatever their count, cut blocks where more values cross
@@ -52,14 +56,17 @@ def block_segments(problem: Problem, per_block: float) -> list[int] | None:
     for it in items:
         if it.is_forward and it.can_save and it.block >= 0:
             totals[it.block] = totals.get(it.block, 0) + it.size
+    last_block_item = max(i for i, it in enumerate(items) if it.is_forward and it.block >= 0)
     before: dict[int, int] = {}
     result, current = [], 0
-    for it in items:
+    for i, it in enumerate(items):
         if it.is_forward and it.block >= 0:
             done = before.get(it.block, 0) / max(1, totals.get(it.block, 0))
             current = math.floor((order[it.block] + min(done, 0.999)) * per_block)
             if it.can_save:
                 before[it.block] = before.get(it.block, 0) + it.size
+        elif head_apart and it.is_forward and i > last_block_item:
+            current = math.floor(len(order) * per_block)  # the head: a segment of its own
         result.append(current if it.is_forward else -1)
     return result
 
