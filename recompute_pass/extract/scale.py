@@ -6,8 +6,9 @@ while ``g`` itself feeds other GEMMs (the frozen base's input gradient). Both ar
 inputs, so Inductor stores both: two activation-sized buffers where one holds the same
 information. Scaling the GEMMs' outputs instead (rank-sized here) frees one of them.
 
-Only a power-of-two scale is moved: multiplying by one is exact in floating point, so the
-gradients are bit-equal to those of the graph as traced.
+Only a power-of-two scale is moved: multiplying by one is exact in floating point (short of
+overflow and subnormal results), so the gradients are bit-equal to those of the graph as
+traced; any other scale would change roundings, and is left where it is.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from cost_model.symbolic import to_expr
 from recompute_pass.extract.rebuild import holds_more
 
 _MUL = torch.ops.aten.mul.Tensor
+_SCALES = (_MUL, torch.ops.aten.mul.Scalar)
 _GEMMS = (torch.ops.aten.mm.default, torch.ops.aten.bmm.default)
 # Single-input views a GEMM operand passes through (transposes and reshapes of a gradient).
 _VIEWS = (
@@ -65,7 +67,7 @@ def hoist_scales(backward: fx.GraphModule, hints: SizeHints) -> tuple[str, ...]:
 
 def _power_of_two_scale(node: fx.Node) -> float | None:
     """``c`` where ``node`` is ``x * c`` of a floating tensor ``x`` and a power of two ``c``."""
-    if node.op != "call_function" or node.target is not _MUL or node.kwargs or len(node.args) != 2:
+    if node.op != "call_function" or node.target not in _SCALES or node.kwargs or len(node.args) != 2:
         return None
     value, scale = node.args
     if not isinstance(value, fx.Node) or isinstance(scale, bool) or not isinstance(scale, (int, float)):
