@@ -134,13 +134,15 @@ def test_moved_scales_give_bit_equal_gradients(monkeypatch) -> None:
     """Through Inductor, the gradients equal eager's, and bit-equal those of the same plan
     with the scales where the trace put them (caches off: the second compile partitions)."""
     pytest.importorskip("peft")
-    monkeypatch.setattr(ti.inductor_config, "force_disable_caches", True)
     backend = recompute_backend.with_options(memory_budget=0.0, fallback=False)
-    with capture_reports() as reports:
-        moved = run_step(*_hf_llama_lora_all_and_tokens(), backend=backend)
+    with ti.inductor_config.patch(force_disable_caches=True):
+        with capture_reports() as reports:
+            moved = run_step(*_hf_llama_lora_all_and_tokens(), backend=backend)
+        with monkeypatch.context() as patch:
+            patch.setattr(partitioner, "hoist_scales", lambda *args: ())
+            with capture_reports() as kept_reports:
+                kept = run_step(*_hf_llama_lora_all_and_tokens(), backend=backend)
     assert any(n.startswith("scales moved onto GEMM outputs") for r in reports for n in r.notes)
+    assert kept_reports and not any(n.startswith("scales moved") for r in kept_reports for n in r.notes)
     assert_same_step(moved, run_step(*_hf_llama_lora_all_and_tokens()))
-    with monkeypatch.context() as patch:
-        patch.setattr(partitioner, "hoist_scales", lambda *args: ())
-        kept = run_step(*_hf_llama_lora_all_and_tokens(), backend=backend)
     assert_same_step(moved, kept, rtol=0, atol=0)
