@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from benchmarks import hf_models
 from benchmarks.measure import saved_activation_bytes, step_memory
 from benchmarks.models import ModelCase
 from recompute_pass import PartitionReport, capture_reports
@@ -49,6 +50,15 @@ def run_step(
     loss.backward()
     grads = {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
     return Step(loss.detach(), grads, saved, reports)
+
+
+def hf_llama_lora_all_and_tokens(seq: int) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """A 2-layer HF Llama with peft LoRA (scaling 2) on every linear layer, and its batch."""
+    torch.manual_seed(0)
+    model = hf_models.llama(vocab=128, seq=seq, dim=64, heads=4, hidden=176, layers=2)
+    model = hf_models.lora(model, hf_models.LORA_ALL_LINEAR["llama"])
+    tokens = torch.randint(0, 128, (2, seq))
+    return model, (tokens, tokens)
 
 
 def case_inputs(case: ModelCase, batch: int = 4, seed: int = 1) -> tuple[torch.Tensor, ...]:

@@ -7,12 +7,11 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from benchmarks import hf_models
 from cost_model import SizeHints
 from recompute_pass import capture_reports, partitioner, recompute_backend
 from recompute_pass import torch_internals as ti
 from recompute_pass.extract.scale import hoist_scales
-from tests.harness import assert_same_step, run_step
+from tests.harness import assert_same_step, hf_llama_lora_all_and_tokens, run_step
 from tests.joint_graphs import capture_joints
 
 S, R = 64, 8
@@ -103,21 +102,13 @@ def test_integer_values_are_left() -> None:
     assert hoist_scales(gm, SizeHints.static()) == ()
 
 
-def _hf_llama_lora_all_and_tokens(seq: int = 64) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
-    torch.manual_seed(0)
-    model = hf_models.llama(vocab=128, seq=seq, dim=64, heads=4, hidden=176, layers=2)
-    model = hf_models.lora(model, hf_models.LORA_ALL_LINEAR["llama"])
-    tokens = torch.randint(0, 128, (2, seq))
-    return model, (tokens, tokens)
-
-
 def test_lora_gradients_are_stored_once_and_the_peak_falls(monkeypatch) -> None:
     """LoRA (scaling 2) on every linear layer of a Llama: the SwiGLU backward wrote each
     projection's gradient twice, unscaled for the frozen base and scaled for the adapter,
     both beside the MLP's other buffers. At budget 0 the predicted peak falls by more than
     3% (0.91 -> 0.87 MB at 64 tokens, parameters static as under torch.compile)."""
     pytest.importorskip("peft")
-    model, tokens = _hf_llama_lora_all_and_tokens()
+    model, tokens = hf_llama_lora_all_and_tokens(seq=64)
     (captured,) = capture_joints(model, tokens)
     _, _, report = captured.partitioned(memory_budget=0.0)
     assert any(n.startswith("scales moved onto GEMM outputs") for n in report.notes), report.notes
@@ -137,12 +128,12 @@ def test_moved_scales_give_bit_equal_gradients(monkeypatch) -> None:
     backend = recompute_backend.with_options(memory_budget=0.0, fallback=False)
     with ti.inductor_config.patch(force_disable_caches=True):
         with capture_reports() as reports:
-            moved = run_step(*_hf_llama_lora_all_and_tokens(), backend=backend)
+            moved = run_step(*hf_llama_lora_all_and_tokens(seq=64), backend=backend)
         with monkeypatch.context() as patch:
             patch.setattr(partitioner, "hoist_scales", lambda *args: ())
             with capture_reports() as kept_reports:
-                kept = run_step(*_hf_llama_lora_all_and_tokens(), backend=backend)
+                kept = run_step(*hf_llama_lora_all_and_tokens(seq=64), backend=backend)
     assert any(n.startswith("scales moved onto GEMM outputs") for r in reports for n in r.notes)
     assert kept_reports and not any(n.startswith("scales moved") for r in kept_reports for n in r.notes)
-    assert_same_step(moved, run_step(*_hf_llama_lora_all_and_tokens()))
+    assert_same_step(moved, run_step(*hf_llama_lora_all_and_tokens(seq=64)))
     assert_same_step(moved, kept, rtol=0, atol=0)

@@ -6,12 +6,11 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from benchmarks import hf_models
 from cost_model import SizeHints
 from recompute_pass import capture_reports, partitioner, recompute_backend
 from recompute_pass import torch_internals as ti
 from recompute_pass.extract.store import store_sums
-from tests.harness import assert_same_step, run_step
+from tests.harness import assert_same_step, hf_llama_lora_all_and_tokens, run_step
 from tests.joint_graphs import capture_joints
 
 S = 64
@@ -94,21 +93,13 @@ def test_inductor_stores_the_value_in_its_own_kernel() -> None:
         torch.testing.assert_close(got, want)
 
 
-def _hf_llama_lora_all_and_tokens(seq: int = 256) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
-    torch.manual_seed(0)
-    model = hf_models.llama(vocab=128, seq=seq, dim=64, heads=4, hidden=176, layers=2)
-    model = hf_models.lora(model, hf_models.LORA_ALL_LINEAR["llama"])
-    tokens = torch.randint(0, 128, (2, seq))
-    return model, (tokens, tokens)
-
-
 def test_lora_projections_are_stored_and_lower_the_peak(monkeypatch) -> None:
     """LoRA on every linear layer of a Llama: the recomputed gate and up projections sum a
     base and an adapter product each, and Inductor splits the SwiGLU backward into two
     kernels that read both sums. Stored, the four products die at the sums: at 256 tokens
     budget 0 is predicted 9% lower (3.95 -> 3.59 MB, parameters static as under torch.compile)."""
     pytest.importorskip("peft")
-    model, tokens = _hf_llama_lora_all_and_tokens()
+    model, tokens = hf_llama_lora_all_and_tokens(seq=256)
     (captured,) = capture_joints(model, tokens)
     _, _, report = captured.partitioned(memory_budget=0.0)
     notes = [n for n in report.notes if n.startswith("stored once in backward")]
@@ -126,6 +117,6 @@ def test_stored_projections_give_eager_gradients() -> None:
     pytest.importorskip("peft")
     backend = recompute_backend.with_options(memory_budget=0.0, fallback=False)
     with capture_reports() as reports:
-        compiled = run_step(*_hf_llama_lora_all_and_tokens(), backend=backend)
+        compiled = run_step(*hf_llama_lora_all_and_tokens(seq=256), backend=backend)
     assert any(n.startswith("stored once in backward") for r in reports for n in r.notes)
-    assert_same_step(compiled, run_step(*_hf_llama_lora_all_and_tokens()))
+    assert_same_step(compiled, run_step(*hf_llama_lora_all_and_tokens(seq=256)))
