@@ -1,7 +1,7 @@
 """Deep models: partitioner and compile time, peak and step time at depth.
 
     python -m benchmarks.deep [--models hf_llama hf_gpt2] [--layers 12] [--budgets 1 0.75 0.5 0.25 0]
-        [--torch-budgets 0.5] [--dim 128] [--seq 512] [--batch 2] [--vocab 512]
+        [--torch-budgets 0.5] [--steps 1] [--dim 128] [--seq 512] [--batch 2] [--vocab 512]
         [--out benchmarks/results/deep]
 
 Per model (built from configs, full training, dropout off so every system compares with
@@ -11,8 +11,8 @@ PyTorch's budget partitioner (``activation_memory_budget``, at each ``--torch-bu
 budget. Per system: the seconds spent inside the partitioner (measured around each
 partitioner call, ours and PyTorch's alike), the first step (compile included), the
 measured peak of the step after it (the one definition: profiler allocation events on
-CPU), our predicted peak, the next step's time, and the largest gradient difference from
-eager. Caches are off, so every compile partitions. Results: ``<out>/deep.json`` and a
+CPU), our predicted peak, the time of the steps after it (the median of ``--steps``), and
+the largest gradient difference from eager. Caches are off, so every compile partitions. Results: ``<out>/deep.json`` and a
 table on stdout; progress on stderr.
 """
 
@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import functools
 import json
+import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -89,9 +90,11 @@ def run_model(name: str, args: argparse.Namespace) -> list[dict[str, object]]:
             step = step_of(model)
             peak, grads, reports = measure(model, inputs, step)
             first_and_measured = time.perf_counter() - start
-            begin = time.perf_counter()
-            step(*inputs).backward()
-            step_seconds = time.perf_counter() - begin
+            seconds = []
+            for _ in range(args.steps):
+                begin = time.perf_counter()
+                step(*inputs).backward()
+                seconds.append(time.perf_counter() - begin)
         report = reports[-1] if reports else None
         predicted = getattr(report, "predicted_peak_bytes", None)
         row = {
@@ -101,7 +104,8 @@ def run_model(name: str, args: argparse.Namespace) -> list[dict[str, object]]:
             "budget": budget,
             "partitioner_s": sum(spent),
             "first_steps_s": first_and_measured,  # the compiling step and the measured one
-            "step_s": step_seconds,
+            "step_s": statistics.median(seconds),
+            "step_samples_s": seconds,
             "measured_peak": peak,
             "predicted_peak": predicted,
             "error": None if predicted is None else predicted / peak - 1,
@@ -162,8 +166,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--torch-budgets", nargs="*", type=float, default=[0.5], help="PyTorch's activation_memory_budget"
     )
+    parser.add_argument("--steps", type=int, default=1, help="steps timed after the measured one (median)")
     add_shape_arguments(parser, layers=12, seq=512, out=Path("benchmarks/results/deep"))
     args = parser.parse_args(argv)
+    if args.steps < 1:
+        parser.error("--steps must be at least 1")
     if not hf_models.available():
         parser.error("needs transformers (the bench extra)")
     rows = [row for name in args.models for row in run_model(name, args)]

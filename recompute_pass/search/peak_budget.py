@@ -37,7 +37,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from recompute_pass.search.peak_milp import estimate_caps
@@ -158,7 +158,7 @@ def choose_by_peak(
     for bounded in (True, False):  # without floors only if one proved wrong
         peaks.bounded = bounded
         max_peak = top() if cap is None and ratio else None  # the top first, where the ratio needs it
-        min_peak = peaks.lowest(checked)
+        min_peak = peaks.lowest(checked, {plan: peak for plan, (peak, _) in scored.items()})
         if cap is not None:
             budget = max(cap, min_peak)
         else:
@@ -242,15 +242,16 @@ class _ExactPeaks:
     def floors_held(self) -> bool:
         return not self.bounded or all(peak >= self.floor(p) for p, peak in self.known.items())
 
-    def lowest(self, plans: Sequence[Plan]) -> int:
-        """The lowest exact peak of ``plans``: by floor, lowest first, until the floor is
-        over the lowest peak found, or the time limit (past it, one is checked still)."""
-        for plan in sorted(plans, key=self.floor):
+    def lowest(self, plans: Sequence[Plan], estimates: Mapping[Plan, int]) -> int:
+        """The lowest exact peak of ``plans``: the lowest estimate first, so that the
+        others' floors are held against a low peak early, and each plan checked unless its
+        floor, pushed if need be, is over the lowest peak found, or past the time limit
+        (then one is checked still). Which plans are checked depends on the order; the
+        answer does not: a plan passed over peaks above a peak found."""
+        for plan in sorted(plans, key=lambda p: (estimates[p], self.floor(p))):
             found = [self.known[p] for p in plans if p in self.known]
             if not found:
                 self.must(plan)
-            elif self.floor(plan) > min(found):
-                break
             elif not self.over(plan, min(found)):
                 self.of(plan)
         return min(self.known[p] for p in plans if p in self.known)
