@@ -12,8 +12,8 @@ budget. Per system: the seconds spent inside the partitioner (measured around ea
 partitioner call, ours and PyTorch's alike), the first step (compile included), the
 measured peak of the step after it (the one definition: profiler allocation events on
 CPU), our predicted peak, the time of the steps after it (the median of ``--steps``), and
-the largest gradient difference from eager. Caches are off, so every compile partitions. Results: ``<out>/deep.json`` and a
-table on stdout; progress on stderr.
+the largest gradient difference from eager. Caches are off, so every compile partitions.
+Results: ``<out>/deep.json`` and a table on stdout; progress on stderr.
 """
 
 from __future__ import annotations

@@ -256,3 +256,25 @@ def test_checks_past_their_time_limit_choose_among_those_made(
     assert "exact peaks stopped by the time limit" in choice.notes
     assert len([r for r in caplog.records if "time limit" in r.getMessage()]) == 1
     assert not scorer.bounded
+
+
+def test_the_low_end_is_sought_from_the_lowest_estimate() -> None:
+    """At budget 0 the plan the estimate ranks lowest is checked first, though floors rank
+    it last (here they fall as the peaks rise, all under the lowest peak); the others'
+    floors, pushed against its peak, rule them out unchecked. The choice is the one
+    checking every plan gives."""
+    every = FakeScorer(exact_peak, exact_peak, checks=len(FAMILY))
+    _choose(every, ratio=0.0)
+    lowest = min(exact_peak(p) for p in every.checked)
+    ranked = FakeScorer(
+        exact_peak,
+        exact_peak,
+        checks=len(FAMILY),
+        floor_of=lambda p: lowest * lowest * 9 // (10 * exact_peak(p)),
+        bound_of=lambda p: exact_peak(p) * 99 // 100,
+    )
+    a, b = _choose(every, ratio=0.0), _choose(ranked, ratio=0.0)
+    assert (a.plan, a.cap, a.min_peak) == (b.plan, b.cap, b.min_peak)
+    assert exact_peak(ranked.checked[0]) == lowest
+    assert all(exact_peak(p) == lowest for p in ranked.checked)
+    assert any(exact_peak(p) > lowest for p in ranked.bounded)
