@@ -134,16 +134,16 @@ class Problem:
         return frozenset(seen)
 
     def restrict(self, *, can_save: set[int] | None = None, can_recompute: set[int] | None = None) -> Problem:
-        """The same problem with saving/recomputing allowed only on the given items."""
-        items = tuple(
-            dataclasses.replace(
-                it,
-                can_save=it.can_save and (can_save is None or i in can_save),
-                can_recompute=it.can_recompute and (can_recompute is None or i in can_recompute),
-            )
-            for i, it in enumerate(self.items)
-        )
-        return Problem(items, self.needed)
+        """The same problem with saving/recomputing allowed only on the given items (the
+        items left as they were are shared: a deep graph's segment plans restrict tens of
+        thousands of them many times)."""
+        items = []
+        for i, it in enumerate(self.items):
+            save = it.can_save and (can_save is None or i in can_save)
+            recompute = it.can_recompute and (can_recompute is None or i in can_recompute)
+            unchanged = save == it.can_save and recompute == it.can_recompute
+            items.append(it if unchanged else dataclasses.replace(it, can_save=save, can_recompute=recompute))
+        return Problem(tuple(items), self.needed)
 
 
 @dataclass(frozen=True)
