@@ -74,6 +74,8 @@ class NodeFacts:
         self._workspace: dict[fx.Node, int] = {}
         self._inputs: dict[fx.Node, tuple[fx.Node, ...]] = {}
         self._aliases: dict[fx.Node, bool] = {}
+        self._is_result: dict[fx.Node, bool] = {}
+        self._multi: dict[fx.Node, bool] = {}
 
     def inputs(self, node: fx.Node) -> tuple[fx.Node, ...]:
         """``node.all_input_nodes``, built once (fx builds a new list on every call)."""
@@ -89,6 +91,20 @@ class NodeFacts:
             found = self._aliases[node] = (
                 node.op == "call_function" and bool(self.inputs(node)) and _aliases_input(node, self.kind)
             )
+        return found
+
+    def is_result(self, node: fx.Node) -> bool:
+        """``_is_result``, once per node."""
+        found = self._is_result.get(node)
+        if found is None:
+            found = self._is_result[node] = _is_result(node)
+        return found
+
+    def is_multi_output(self, node: fx.Node) -> bool:
+        """Whether the node's value is a tuple of results (``_results``)."""
+        found = self._multi.get(node)
+        if found is None:
+            found = self._multi[node] = isinstance(node.meta.get("val"), list | tuple)
         return found
 
     def kind(self, node: fx.Node) -> OpKind:
@@ -156,18 +172,23 @@ class Walk:
         """``kept``: storages that outlive this phase. ``extra``: more bytes a node
         allocates (by its name), held as ``<name>.extra`` until a node of that name in
         ``releases`` runs (a draw's generator state, saved until its replay)."""
+        facts = self.facts
         members = set(nodes)
-        storage = _storages(nodes, self.facts)
-        frees = _frees(nodes, storage, kept, self.facts)
+        storage = _storages(nodes, facts)
+        frees = _frees(nodes, storage, kept, facts)
         for position, node in enumerate(nodes):
-            allocates = storage[node] is node and not _is_result(node)
-            if node.op == "call_function" and allocates:
-                # A multi-output op allocates every result; each lives as long as its getitem.
-                for owner, value in _results(node, members).items():
-                    self.allocate(node, owner, value)
-                if node.name in extra:
-                    self.allocate_bytes(f"{node.name}.extra", extra[node.name])
-            workspace = self.facts.workspace(node) if node.op == "call_function" else 0
+            workspace = 0
+            if node.op == "call_function":
+                if storage[node] is node and not facts.is_result(node):
+                    if facts.is_multi_output(node):
+                        # Every result is allocated; each lives as long as its getitem.
+                        for owner, value in _results(node, members).items():
+                            self.allocate(node, owner, value)
+                    else:
+                        self.allocate(node, node.name, node.meta.get("val"))
+                    if node.name in extra:
+                        self.allocate_bytes(f"{node.name}.extra", extra[node.name])
+                workspace = facts.workspace(node)
             self.timeline.append((phase, node.name, self.live + workspace))
             for name in frees.get(position, ()):
                 self.free(name)
