@@ -5,11 +5,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from unittest import mock
 
 import torch
 from torch import fx
 
 from benchmarks.models import model_cases
+from recompute_pass import partitioner
 from recompute_pass import torch_internals as ti
 from recompute_pass.graph.joint_graph import JointGraph, analyze, prepare
 from recompute_pass.options import RecomputeOptions
@@ -40,6 +42,13 @@ class CapturedJoint:
             options=RecomputeOptions(fallback=False, **options),
             compiler="inductor",
         )
+
+    def partitioned_without(self, rewrite: str, **options: object) -> PartitionReport:
+        """The report of ``partitioned`` with one of the backward rewrites ``partitioner.
+        extract_plan`` applies (``rebuild_at_each_use``, ``store_sums``, ``hoist_scales``)
+        made a no-op: the peak the rewrite is measured against."""
+        with mock.patch.object(partitioner, rewrite, lambda *args: ()):
+            return self.partitioned(**options)[2]
 
     def analyzed(self) -> JointGraph:
         """A fresh copy, prepared and analysed as the partitioner's first stage does."""

@@ -8,7 +8,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from benchmarks import hf_models
 from cost_model import SizeHints
-from recompute_pass import capture_reports, partitioner, recompute_backend
+from recompute_pass import capture_reports, recompute_backend
 from recompute_pass.extract.rebuild import rebuild_at_each_use
 from tests.harness import assert_same_step, run_step
 from tests.joint_graphs import capture_joints
@@ -120,7 +120,7 @@ def _hf_llama_and_tokens(seq: int = 512) -> tuple[torch.nn.Module, tuple[torch.T
     return model, (tokens, tokens)
 
 
-def test_hf_attention_masks_are_rebuilt_per_block_and_lower_the_peak(monkeypatch) -> None:
+def test_hf_attention_masks_are_rebuilt_per_block_and_lower_the_peak() -> None:
     """Under ``torch.compile`` HF's mask code materialises a float [batch, 1, seq, seq] mask
     that every layer's attention backward reads. Rebuilt before each, it is held only there:
     compiled, a 2-layer Llama at 512 tokens then peaks 11% lower at budget 0 (6.77 -> 6.01 MB,
@@ -137,9 +137,7 @@ def test_hf_attention_masks_are_rebuilt_per_block_and_lower_the_peak(monkeypatch
     for mask, reader in zip(masks, attention, strict=True):
         assert list(mask.users) == [reader]  # held from its kernel to its one reader, nothing more
 
-    with monkeypatch.context() as patch:
-        patch.setattr(partitioner, "rebuild_at_each_use", lambda *args: ())
-        _, _, kept_once = captured.partitioned(memory_budget=0.0)
+    kept_once = captured.partitioned_without("rebuild_at_each_use", memory_budget=0.0)
     assert report.predicted_peak_bytes < 0.95 * kept_once.predicted_peak_bytes, (
         report.predicted_peak_bytes,
         kept_once.predicted_peak_bytes,

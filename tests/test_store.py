@@ -7,7 +7,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from cost_model import SizeHints
-from recompute_pass import capture_reports, partitioner, recompute_backend
+from recompute_pass import capture_reports, recompute_backend
 from recompute_pass import torch_internals as ti
 from recompute_pass.extract.store import store_sums
 from tests.harness import assert_same_step, hf_llama_lora_all_and_tokens, run_step
@@ -93,7 +93,7 @@ def test_inductor_stores_the_value_in_its_own_kernel() -> None:
         torch.testing.assert_close(got, want)
 
 
-def test_lora_projections_are_stored_and_lower_the_peak(monkeypatch) -> None:
+def test_lora_projections_are_stored_and_lower_the_peak() -> None:
     """LoRA on every linear layer of a Llama: the recomputed gate and up projections sum a
     base and an adapter product each, and Inductor splits the SwiGLU backward into two
     kernels that read both sums. Stored, the four products die at the sums: at 256 tokens
@@ -104,9 +104,7 @@ def test_lora_projections_are_stored_and_lower_the_peak(monkeypatch) -> None:
     _, _, report = captured.partitioned(memory_budget=0.0)
     notes = [n for n in report.notes if n.startswith("stored once in backward")]
     assert notes and "mlp" in notes[0], report.notes
-    with monkeypatch.context() as patch:
-        patch.setattr(partitioner, "store_sums", lambda *args: ())
-        _, _, inline = captured.partitioned(memory_budget=0.0)
+    inline = captured.partitioned_without("store_sums", memory_budget=0.0)
     assert report.predicted_peak_bytes < 0.95 * inline.predicted_peak_bytes, (
         report.predicted_peak_bytes,
         inline.predicted_peak_bytes,
