@@ -270,6 +270,36 @@ def is_functional_op(target: object) -> bool:
     return not schema.is_mutable and all(r.alias_info is None for r in schema.returns)
 
 
+def written_arguments(node: fx.Node) -> list[fx.Node]:
+    """The graph values an op writes in place (its schema's ``a!`` arguments): a kept input
+    mutation's ``copy_`` into a buffer, say."""
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, OpOverload):
+        return []
+    written = []
+    for index, argument in enumerate(target._schema.arguments):
+        if argument.alias_info is None or not argument.alias_info.is_write:
+            continue
+        value = node.args[index] if index < len(node.args) else node.kwargs.get(argument.name)
+        if isinstance(value, fx.Node):
+            written.append(value)
+    return written
+
+
+def inputs_written_back(graph: fx.Graph) -> list[fx.Node]:
+    """The inputs the runtime writes after the forward: where a mutation is not kept in the
+    graph, AOTAutograd returns the input's new value as an output (its descriptor an
+    ``InputMutationAOTOutput``) and copies it into the input itself."""
+    (output,) = graph.find_nodes(op="output")
+    placeholders = graph.find_nodes(op="placeholder")
+    written = []
+    for desc in output.meta.get("desc") or ():
+        mutated = getattr(desc, "mutated_input", None)
+        if mutated is not None:
+            written += [p for p in placeholders if p.meta.get("desc") == mutated]
+    return written
+
+
 def replayable_rng_state_bytes(node: fx.Node) -> int | None:
     """Bytes of generator state to save so that backward can replay ``node``'s draw, or None.
 

@@ -82,6 +82,7 @@ def analyze(
     backward = {n for n in info.required_bw_nodes if not info.is_required_fw(n)}
     static = set(info.static_lifetime_input_nodes)
 
+    stale = _reads_of_mutated_inputs(module.graph)
     by_node: dict[fx.Node, Candidate] = {}  # graph order
     for node in module.graph.nodes:
         is_input = ti.is_primal(node) or ti.is_fwd_seed_offset(node)
@@ -92,7 +93,9 @@ def analyze(
         ):
             continue
         inputs = tuple(dict.fromkeys(n for n in node.all_input_nodes if n in by_node))
-        by_node[node] = _candidate(node, inputs, forward=info.is_required_fw(node), static=node in static)
+        by_node[node] = _candidate(
+            node, inputs, forward=info.is_required_fw(node), static=node in static, stale=node in stale
+        )
     # Forbidding saving a rebuildable value leaves what backward can have unchanged, so the
     # region's tags may be applied after the walk.
     rebuildable = find_rebuildable(by_node)
@@ -172,7 +175,39 @@ def _owns_storage(node: fx.Node, kind: OpKind) -> bool:
     return kind != OpKind.VIEW
 
 
-def _candidate(node: fx.Node, inputs: tuple[fx.Node, ...], *, forward: bool, static: bool) -> Candidate:
+def _reads_of_mutated_inputs(graph: fx.Graph) -> set[fx.Node]:
+    """The ops that read an input the step writes in place (a buffer the forward updates:
+    kept in the graph as ``copy_(buffer, new)``, or written back by the runtime after the
+    forward), through views, but not the writes.
+
+    Recomputed in backward, such a read sees the input after the write (a step counter read
+    once more: wrong gradients, silently; PyTorch's partitioners too in torch 2.13, see
+    pytorch/pytorch#197039). So these are saved, never recomputed; what is computed from
+    them may still be."""
+    writes = {n: ti.written_arguments(n) for n in graph.nodes if n.op == "call_function"}
+    pending = [v for written in writes.values() for v in written if v.op == "placeholder"]
+    pending += ti.inputs_written_back(graph)
+    reads: set[fx.Node] = set()
+    seen: set[fx.Node] = set()
+    while pending:
+        value = pending.pop()
+        if value in seen:
+            continue
+        seen.add(value)
+        for user in value.users:
+            if value in writes.get(user, ()):
+                continue  # the write itself
+            if user.target is not operator.getitem and classify(user) == OpKind.VIEW:
+                pending.append(user)  # an alias: its readers read the input
+            else:
+                reads.add(user)
+    return reads
+
+
+def _candidate(
+    node: fx.Node, inputs: tuple[fx.Node, ...], *, forward: bool, static: bool, stale: bool = False
+) -> Candidate:
+    """``stale``: the node reads an input the graph writes later (``_reads_of_mutated_inputs``)."""
     val = node.meta.get("val")
     cost = node_cost(node)
     if node.op == "placeholder":
@@ -220,6 +255,9 @@ def _candidate(node: fx.Node, inputs: tuple[fx.Node, ...], *, forward: bool, sta
     elif node.is_impure(impure_random=False) or ti.must_be_in_forward(node):
         can_recompute = False
         reasons.append("side effect")
+    elif stale:
+        can_recompute = False
+        reasons.append("reads an input the forward writes")
 
     policy = _policy(node)
     if policy in _SAVE_POLICIES and can_save and can_recompute:
