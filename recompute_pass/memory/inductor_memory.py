@@ -376,10 +376,17 @@ class _WrapperPlan:
             self.events.append(Event("alias", name, other=target or ""))
             return
         if isinstance(layout, ir.MultiOutputLayout):  # the kernel returns every result at once
+            # A fallback view op (``view_as_complex``, ``view_as_real``) returns views of its
+            # input: no storage of its own.
+            viewed = _viewed_input(buf.node)  # type: ignore[attr-defined]
             for user in buf.users:  # type: ignore[attr-defined]
-                for result in user.node.get_outputs():
+                # The graph's output node reads the buffer too (a complex product): no results.
+                for result in getattr(user.node, "get_outputs", tuple)():
                     if isinstance(result.node, ir.MultiOutput) and result.get_name() not in self.allocated:
                         self.allocated.add(result.get_name())
+                        if viewed is not None:
+                            self.events.append(Event("alias", result.get_name(), other=viewed))
+                            continue
                         size = self.sizes[result.get_name()][1]
                         self.events.append(Event("alloc", result.get_name(), size, label=label))
             return
@@ -552,6 +559,18 @@ def _copy(graph: fx.GraphModule) -> fx.GraphModule:
     copy = fx.Graph()
     copy.output(copy.graph_copy(graph.graph, {}))
     return ti.lazy_graph_module(graph, copy)
+
+
+def _viewed_input(kernel: object) -> str | None:
+    """The storage a fallback kernel's results view, where its op returns views of its
+    first input (the schema's return aliases it), else None."""
+    op = getattr(kernel, "op_overload", None)
+    inputs = getattr(kernel, "inputs", None)
+    if not isinstance(op, ti.OpOverload) or not inputs:
+        return None
+    if not op.is_view and all(r.alias_info is None for r in op._schema.returns):
+        return None
+    return _storage_name(inputs[0])
 
 
 def _storage_name(node: object) -> str | None:
