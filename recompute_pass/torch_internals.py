@@ -270,6 +270,14 @@ def is_functional_op(target: object) -> bool:
     return not schema.is_mutable and all(r.alias_info is None for r in schema.returns)
 
 
+def returns_an_alias(target: object) -> bool:
+    """Whether an operator returns a view of an input (``view_as_complex``) or the input
+    itself (an in-place op), by its schema."""
+    if not isinstance(target, OpOverload):
+        return False
+    return target.is_view or any(r.alias_info is not None for r in target._schema.returns)
+
+
 def written_arguments(node: fx.Node) -> list[fx.Node]:
     """The graph values an op writes in place (its schema's ``a!`` arguments): a kept input
     mutation's ``copy_`` into a buffer, say."""

@@ -92,7 +92,7 @@ class Piece:
 def split(graph: fx.GraphModule, container: str, *, tail_joined: bool = False) -> list[Piece]:
     """``graph`` cut at its blocks, in graph order (``_runs``); a ``getitem`` joins its
     source, so no piece returns a tuple. ``tail_joined``: the run after the last block
-    joins that block's run (a backward: ``_joined_tail``)."""
+    joins that block's run (a backward's embedding gradients: ``_runs``)."""
     runs = _merged(_runs(graph.graph, container, tail_joined=tail_joined))
     piece_of = {node: index for index, nodes in enumerate(runs) for node in nodes}
     order = {node: position for position, node in enumerate(graph.graph.nodes)}

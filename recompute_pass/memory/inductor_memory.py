@@ -564,11 +564,8 @@ def _copy(graph: fx.GraphModule) -> fx.GraphModule:
 def _viewed_input(kernel: object) -> str | None:
     """The storage a fallback kernel's results view, where its op returns views of its
     first input (the schema's return aliases it), else None."""
-    op = getattr(kernel, "op_overload", None)
     inputs = getattr(kernel, "inputs", None)
-    if not isinstance(op, ti.OpOverload) or not inputs:
-        return None
-    if not op.is_view and all(r.alias_info is None for r in op._schema.returns):
+    if not inputs or not ti.returns_an_alias(getattr(kernel, "op_overload", None)):
         return None
     return _storage_name(inputs[0])
 
