@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -12,6 +13,8 @@ from recompute_pass import config
 from recompute_pass import torch_internals as ti
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.partitioner import RecomputePartitioner
+
+log = logging.getLogger(__name__)
 
 
 class RecomputeBackend:
@@ -35,10 +38,22 @@ class RecomputeBackend:
     def partitioner(self) -> RecomputePartitioner:
         return RecomputePartitioner(self.options())
 
-    def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> Callable[..., Any]:
+    def __call__(
+        self,
+        gm: fx.GraphModule,
+        example_inputs: Sequence[torch.Tensor],
+        *,
+        mode: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> Callable[..., Any]:
+        """``mode`` and ``options``: what ``torch.compile(mode=..., options=...)`` hands a
+        backend; Inductor's config, applied as ``backend="inductor"`` applies them."""
         partitioner = self.partitioner()
         if self.inductor:
-            return inductor_backend(partitioner)(gm, example_inputs)
+            return inductor_backend(partitioner, ti.inductor_mode_patches(mode, options))(gm, example_inputs)
+        if mode not in (None, "default") or options:
+            ignored = "recompute_pass: the eager backend runs no Inductor: mode=%r, options=%r ignored"
+            log.warning(ignored, mode, options)
         return ti.eager_aot_backend(partitioner)(gm, example_inputs)
 
     def __repr__(self) -> str:
@@ -46,8 +61,11 @@ class RecomputeBackend:
         return f"RecomputeBackend({kind}, {self.overrides})"
 
 
-def inductor_backend(partitioner: ti.CustomPartitionerFn) -> Callable[..., Any]:
-    """Inductor with ``partitioner`` deciding what is saved (any wrapper around ours).
+def inductor_backend(
+    partitioner: ti.CustomPartitionerFn, config_patches: dict[str, Any] | None = None
+) -> Callable[..., Any]:
+    """Inductor with ``partitioner`` deciding what is saved (any wrapper around ours), and
+    ``config_patches`` (``torch.compile``'s ``mode`` and ``options``).
 
     The config each graph's predicted peak assumes (``ti.COMPILE_PATCHES``) needs nothing
     here: our partitioner makes Inductor honour it on every route
@@ -56,7 +74,7 @@ def inductor_backend(partitioner: ti.CustomPartitionerFn) -> Callable[..., Any]:
 
     def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> Callable[..., Any]:
         with ti.inductor_config.patch(custom_partitioner_fn=partitioner):
-            return ti.compile_fx(gm, list(example_inputs))
+            return ti.compile_fx(gm, list(example_inputs), config_patches=config_patches)
 
     return compile_graph
 

@@ -48,8 +48,11 @@ class _ConfigModule(types.ModuleType):
         global _current
         if name in _FIELDS:
             _current = _current.replace(**{name: value})
-        else:
+        elif name in self.__dict__ or name.startswith("__"):  # the module's own (a mock, say)
             super().__setattr__(name, value)
+        else:  # a misspelt option would otherwise be set, and ignored
+            options = ", ".join(_FIELDS)
+            raise AttributeError(f"recompute_pass.config has no option {name!r}; options: {options}")
 
 
 sys.modules[__name__].__class__ = _ConfigModule

@@ -156,6 +156,10 @@ __all__ = [
     "is_bwd_seed_offset",
     "is_fake_tensor",
     "is_functional_op",
+    "inductor_mode_patches",
+    "inputs_written_back",
+    "returns_an_alias",
+    "written_arguments",
     "is_subgraph_body_call",
     "is_fwd_seed_offset",
     "is_pointwise_use",
@@ -268,6 +272,12 @@ def is_functional_op(target: object) -> bool:
         return False
     schema = target._schema
     return not schema.is_mutable and all(r.alias_info is None for r in schema.returns)
+
+
+def inductor_mode_patches(mode: str | None, options: dict[str, Any] | None) -> dict[str, Any]:
+    """Inductor's config for ``torch.compile(mode=..., options=...)``, validated as torch
+    validates it for ``backend="inductor"`` (a ``RuntimeError`` naming an unknown option)."""
+    return dict(torch._TorchCompileInductorWrapper(mode, options, dynamic=None).config)
 
 
 def returns_an_alias(target: object) -> bool:
