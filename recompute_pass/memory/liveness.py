@@ -292,10 +292,7 @@ def _aliases_input(node: fx.Node, kind: Callable[[fx.Node], OpKind]) -> bool:
     """Views and in-place ops share an input's storage."""
     if node.target is operator.getitem:
         return not _is_result(node)
-    if kind(node) is OpKind.VIEW:
-        return True
-    schema = getattr(node.target, "_schema", None)
-    return schema is not None and any(r.alias_info is not None for r in schema.returns)
+    return kind(node) is OpKind.VIEW or ti.returns_an_alias(node.target)
 
 
 def _storages(nodes: Sequence[fx.Node], facts: NodeFacts) -> dict[fx.Node, fx.Node]:

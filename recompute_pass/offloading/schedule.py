@@ -28,6 +28,7 @@ import torch
 from torch import fx
 
 from cost_model import DeviceProfile, OpKind, SizeHints, estimate_runtime, node_cost
+from recompute_pass import torch_internals as ti
 from recompute_pass.graph.costing import Costed, fuses
 from recompute_pass.offloading.problem import MIN_OFFLOAD_BYTES, OffloadItem, OffloadProblem
 
@@ -54,7 +55,7 @@ def offloadable(costed: Costed) -> dict[int, fx.Node]:
             and node.op == "call_function"
             and node.target is not operator.getitem
             and candidate.cost.kind is not OpKind.VIEW
-            and not _aliases(node)
+            and not ti.returns_an_alias(node.target)
             and node not in user_outputs
             and isinstance(val, torch.Tensor)
             and val.is_contiguous()
@@ -62,11 +63,6 @@ def offloadable(costed: Costed) -> dict[int, fx.Node]:
         ):
             chosen[i] = node
     return chosen
-
-
-def _aliases(node: fx.Node) -> bool:
-    schema = getattr(node.target, "_schema", None)
-    return schema is not None and any(r.alias_info is not None for r in schema.returns)
 
 
 def effective_users(node: fx.Node, within: Mapping[fx.Node, int]) -> list[fx.Node]:
