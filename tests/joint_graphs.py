@@ -11,7 +11,7 @@ import torch
 from torch import fx
 
 from benchmarks.models import model_cases
-from recompute_pass import partitioner
+from recompute_pass import realization
 from recompute_pass import torch_internals as ti
 from recompute_pass.graph.joint_graph import JointGraph, analyze, prepare
 from recompute_pass.options import RecomputeOptions
@@ -44,10 +44,10 @@ class CapturedJoint:
         )
 
     def partitioned_without(self, rewrite: str, **options: object) -> PartitionReport:
-        """The report of ``partitioned`` with one of the backward rewrites ``partitioner.
+        """The report of ``partitioned`` with one of the backward rewrites ``realization.
         extract_plan`` applies (``rebuild_at_each_use``, ``store_sums``, ``hoist_scales``)
         made a no-op: the peak the rewrite is measured against."""
-        with mock.patch.object(partitioner, rewrite, lambda *args: ()):
+        with mock.patch.object(realization, rewrite, lambda *args: ()):
             return self.partitioned(**options)[2]
 
     def analyzed(self) -> JointGraph:

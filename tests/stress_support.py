@@ -18,6 +18,7 @@ import torch
 from torch import fx
 
 import recompute_pass.partitioner as partitioner_module
+import recompute_pass.realization as realization_module
 from recompute_pass import PartitionReport, capture_reports
 from recompute_pass.extract.extraction import Partition
 from recompute_pass.search.decide import Decision
@@ -64,7 +65,7 @@ def spy_partitions() -> Iterator[Spy]:
     A peak budget extracts plans while it decides, the chosen one among them.
     """
     spy = Spy()
-    decide, extract_plan = partitioner_module.decide, partitioner_module.extract_plan
+    decide, extract_plan = partitioner_module.decide, realization_module.extract_plan
 
     def spying_decide(problem: Problem, options: Any, scorer: Any = None) -> Decision:
         spy._realized.clear()
@@ -85,7 +86,7 @@ def spy_partitions() -> Iterator[Spy]:
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(partitioner_module, "decide", spying_decide)
-        patch.setattr(partitioner_module, "extract_plan", spying_extract)
+        patch.setattr(realization_module, "extract_plan", spying_extract)
         yield spy
 
 

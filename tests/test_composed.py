@@ -21,7 +21,8 @@ from recompute_pass.graph.plan_sizes import planned_hints
 from recompute_pass.memory import composed, inductor_memory
 from recompute_pass.memory.liveness import PeakEstimate
 from recompute_pass.options import RecomputeOptions
-from recompute_pass.partitioner import JointScorer, partition
+from recompute_pass.partitioner import partition
+from recompute_pass.realization import JointScorer
 from tests.harness import assert_same_step, compiled_step_peak, run_step
 from tests.joint_graphs import CapturedJoint, capture_joints
 from tests.stress_support import full_only

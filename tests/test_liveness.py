@@ -20,7 +20,7 @@ from recompute_pass import capture_reports, recompute_backend, recompute_eager_b
 from recompute_pass import torch_internals as ti
 from recompute_pass.graph.costing import build_problem, resolve_device
 from recompute_pass.memory.plan_peak import JointSchedule
-from recompute_pass.partitioner import PlanNodes, realize
+from recompute_pass.realization import PlanNodes, realize
 from recompute_pass.search.peak_budget import segment_plans
 from recompute_pass.solver.frontier import Relaxation, hull
 from tests.harness import assert_same_step, build, case_inputs, run_step

@@ -21,7 +21,7 @@ import torch
 from recompute_pass import recompute_eager_backend
 from recompute_pass.graph.costing import Costed, build_problem, resolve_device
 from recompute_pass.memory.plan_peak import JointSchedule
-from recompute_pass.partitioner import PlanNodes
+from recompute_pass.realization import PlanNodes
 from recompute_pass.search import peak_milp
 from recompute_pass.search.peak_budget import choose_by_peak, segment_plans
 from recompute_pass.search.peak_milp import PeakModel, PeakSolver

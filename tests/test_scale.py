@@ -8,7 +8,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from cost_model import SizeHints
-from recompute_pass import capture_reports, partitioner, recompute_backend
+from recompute_pass import capture_reports, realization, recompute_backend
 from recompute_pass import torch_internals as ti
 from recompute_pass.extract.scale import hoist_scales
 from tests.harness import assert_same_step, hf_llama_lora_all_and_tokens, run_step
@@ -128,7 +128,7 @@ def test_moved_scales_give_bit_equal_gradients(monkeypatch) -> None:
         with capture_reports() as reports:
             moved = run_step(*hf_llama_lora_all_and_tokens(seq=64), backend=backend)
         with monkeypatch.context() as patch:
-            patch.setattr(partitioner, "hoist_scales", lambda *args: ())
+            patch.setattr(realization, "hoist_scales", lambda *args: ())
             with capture_reports() as kept_reports:
                 kept = run_step(*hf_llama_lora_all_and_tokens(seq=64), backend=backend)
     assert any(n.startswith("scales moved onto GEMM outputs") for r in reports for n in r.notes)

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import recompute_pass.partitioner as partitioner_module
+import recompute_pass.realization as realization_module
 import recompute_pass.solver.strategies.strategy_milp as milp_module
 from benchmarks.models import model_cases
 from recompute_pass import capture_reports, recompute_backend, recompute_eager_backend
@@ -149,6 +150,8 @@ def test_real_time_limit_on_a_larger_model(caplog) -> None:
 # -- internal errors and graphs we cannot handle -----------------------------------------
 
 STAGES = ["prepare", "analyze", "build_problem", "decide", "extract", "build_report"]
+# Where each stage is looked up when it runs: the pipeline's module, or the plan's realisation.
+STAGE_MODULES = {"extract": realization_module}
 
 
 def _fail(*args: Any, **kwargs: Any) -> Any:
@@ -159,7 +162,7 @@ def _fail(*args: Any, **kwargs: Any) -> Any:
 def test_internal_error_at_any_stage_falls_back(
     stage: str, monkeypatch: pytest.MonkeyPatch, caplog, eager_gpt_block: Step
 ) -> None:
-    monkeypatch.setattr(partitioner_module, stage, _fail)
+    monkeypatch.setattr(STAGE_MODULES.get(stage, partitioner_module), stage, _fail)
     step = _gpt_block_step(recompute_eager_backend.with_options(memory_budget=0.0), caplog)
     assert_same_step(step, eager_gpt_block)
     (report,) = step.reports
@@ -171,13 +174,13 @@ def test_internal_error_at_any_stage_falls_back(
 
 def test_error_after_extraction_falls_back(monkeypatch: pytest.MonkeyPatch, caplog, eager_gpt_block) -> None:
     """Extraction has run (and copied out of the joint graph) before the failure."""
-    extract = partitioner_module.extract
+    extract = realization_module.extract
 
     def extract_then_fail(*args: Any, **kwargs: Any) -> Any:
         extract(*args, **kwargs)
         raise ValueError("late failure")
 
-    monkeypatch.setattr(partitioner_module, "extract", extract_then_fail)
+    monkeypatch.setattr(realization_module, "extract", extract_then_fail)
     step = _gpt_block_step(recompute_eager_backend.with_options(memory_budget=0.0), caplog)
     assert_same_step(step, eager_gpt_block)
     assert step.reports[0].fallback == "ValueError: late failure"

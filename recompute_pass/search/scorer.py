@@ -1,6 +1,6 @@
 """What the peak search asks of a plan: its peak, fast and exact, and its offload windows.
 
-One object answers for one joint graph (``partitioner.JointScorer``: the graph walk for the
+One object answers for one joint graph (``realization.JointScorer``: the graph walk for the
 estimate, the extracted graphs or Inductor's memory plan for the exact peak, the offload
 schedule for the windows, ``peak_milp`` for the optimum), so that a new way of predicting
 a peak is a new implementation, not one more callable threaded through ``decide`` and
