@@ -21,7 +21,7 @@ from torch import fx
 from recompute_pass import torch_internals as ti
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.partitioner import partition
-from recompute_pass.report import PartitionReport
+from recompute_pass.report.record import PartitionReport
 
 
 class _Captured(Exception):

@@ -31,7 +31,7 @@ from recompute_pass.backend import RecomputeBackend, recompute_backend
 from recompute_pass.capture import CapturedStep, capture_step
 from recompute_pass.graph.sized_inputs import SizedInputs
 from recompute_pass.options import RecomputeOptions
-from recompute_pass.report import PartitionReport
+from recompute_pass.report.record import PartitionReport
 
 log = logging.getLogger(__name__)
 

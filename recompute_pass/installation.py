@@ -13,11 +13,11 @@ import logging
 from types import TracebackType
 from typing import Any
 
-from recompute_pass import report_store
 from recompute_pass import torch_internals as ti
 from recompute_pass.backend import RecomputeBackend
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.partitioner import RecomputePartitioner
+from recompute_pass.report import store as report_store
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,6 @@ import torch
 from torch import fx
 
 from cost_model import unmodelled_workspace
-from recompute_pass import report_store
 from recompute_pass import torch_internals as ti
 from recompute_pass.extract.extraction import Partition
 from recompute_pass.graph.costing import Costed, build_problem, measure, resolve_device
@@ -34,7 +33,10 @@ from recompute_pass.memory.liveness import PeakEstimate
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.plan_sync import PlanSyncError, agree, agree_to_fail, partition_digest, rank_and_world
 from recompute_pass.realization import JointScorer, realize
-from recompute_pass.report import PartitionReport, build_report, publish
+from recompute_pass.report import store as report_store
+from recompute_pass.report.build import build_report
+from recompute_pass.report.publishing import publish
+from recompute_pass.report.record import PartitionReport
 from recompute_pass.search.decide import decide
 from recompute_pass.solver.problem import Plan
 

@@ -45,7 +45,7 @@ from torch import fx
 from recompute_pass import torch_internals as ti
 from recompute_pass.graph.costing import Costed
 from recompute_pass.options import RecomputeOptions
-from recompute_pass.report import canonical_names, describe_shape
+from recompute_pass.report.naming import canonical_names, describe_shape
 from recompute_pass.search.decide import Decision
 from recompute_pass.solver.problem import Plan
 

@@ -24,7 +24,7 @@ from recompute_pass.extract.extraction import Partition, extract
 from recompute_pass.extract.offload import offload_partition
 from recompute_pass.extract.rebuild import rebuild_at_each_use
 from recompute_pass.extract.scale import hoist_scales
-from recompute_pass.extract.store import store_sums
+from recompute_pass.extract.sums import store_sums
 from recompute_pass.graph.costing import Costed
 from recompute_pass.graph.plan_sizes import planned_hints
 from recompute_pass.memory import composed, inductor_memory, liveness
@@ -235,7 +235,7 @@ def extract_plan(
     """The graphs a plan runs as, and the size hints they are planned at. ``rebuild``: where
     Inductor compiles the backward and predicts its peak, three rewrites free backward
     memory: cheap recomputed values computed again before each use (``extract.rebuild``),
-    recomputed sums stored once (``extract.store``), scales read only by GEMMs moved onto
+    recomputed sums stored once (``extract.sums``), scales read only by GEMMs moved onto
     their outputs (``extract.scale``). On the graphs the joint-graph walk scores plans by
     replaying extraction exactly, which they would break."""
     nodes = PlanNodes.of(costed, plan)

@@ -1,4 +1,4 @@
-"""Reports that survive a warm cache (``recompute_pass.report_store``), without compiling:
+"""Reports that survive a warm cache (``recompute_pass.report.store``), without compiling:
 the JSON round trip, and what a cache miss stores and a hit republishes. The same through
 real compiles in two processes: ``tests/test_reports_outside.py``."""
 
@@ -14,10 +14,11 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import recompute_pass
-from recompute_pass import PartitionReport, capture_reports, report_store
+from recompute_pass import PartitionReport, capture_reports
 from recompute_pass import torch_internals as ti
 from recompute_pass.partitioner import _fallback_report
 from recompute_pass.report import OffloadedValue
+from recompute_pass.report import store as report_store
 
 
 def _report(budget: float = 0.5) -> PartitionReport:

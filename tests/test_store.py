@@ -1,4 +1,4 @@
-"""A recomputed sum of products is stored once (``extract.store``), and only such a value."""
+"""A recomputed sum of products is stored once (``extract.sums``), and only such a value."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from cost_model import SizeHints
 from recompute_pass import capture_reports, recompute_backend
 from recompute_pass import torch_internals as ti
-from recompute_pass.extract.store import store_sums
+from recompute_pass.extract.sums import store_sums
 from tests.harness import assert_same_step, hf_llama_lora_all_and_tokens, run_step
 from tests.joint_graphs import capture_joints
 

@@ -53,7 +53,7 @@ def test_changing_the_budget_with_warm_caches_gives_the_new_plan(warm_caches: No
     assert hits == 0 and len(first.reports) == 1  # cold: our partitioner ran
     again, hits = _compile(1.0)
     # Warm: the cache answered, no partitioner ran; the report is the one stored with the
-    # entry (``recompute_pass.report_store``).
+    # entry (``recompute_pass.report.store``).
     assert hits == 1 and again.reports == first.reports
     assert again.saved_bytes == first.saved_bytes
 

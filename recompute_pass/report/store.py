@@ -30,7 +30,8 @@ from pathlib import Path
 from torch import fx
 
 from recompute_pass import torch_internals as ti
-from recompute_pass.report import PartitionReport, publish
+from recompute_pass.report.publishing import publish
+from recompute_pass.report.record import PartitionReport
 
 log = logging.getLogger(__name__)
 

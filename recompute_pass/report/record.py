@@ -1,39 +1,17 @@
-"""Stage 5: what was decided, in a stable text form and as JSON.
+"""The record of one partition: what was decided, in a stable text form and as JSON.
 
-Names are canonical: ``<module path>/<op>`` from the node's ``nn_module_stack``, with
-``#k`` for the k-th further op of that kind in that module and ``[i]`` for the i-th
-result of a multi-output op, so a report reads like the model and does not change when
-unrelated parts of the graph do. Inputs keep AOTAutograd's ``primals_<i>``.
+``to_text`` is deterministic for a given graph and options (the snapshot tests pin it);
+``to_json`` and ``from_json`` round-trip a report field by field (a warm cache's report
+is the stored one, ``report.store``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 import json
-import logging
-import operator
-import re
-from collections import Counter
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-import torch
-from torch import fx
-
 from cost_model import OpKind
-from recompute_pass import torch_internals as ti
-from recompute_pass.extract.extraction import Partition
-from recompute_pass.graph.costing import Costed
-from recompute_pass.memory.liveness import PeakEstimate
-from recompute_pass.search.decide import Decision
-
-log = logging.getLogger("recompute_pass")
-
-_collectors: contextvars.ContextVar[tuple[list[PartitionReport], ...]] = contextvars.ContextVar(
-    "recompute_pass_report_collectors", default=()
-)
 
 
 @dataclass(frozen=True)
@@ -250,7 +228,7 @@ class PartitionReport:
     @staticmethod
     def from_json(text: str) -> PartitionReport:
         """The report ``to_json`` wrote, equal to it field by field (a warm cache's
-        report is the stored one: ``recompute_pass.report_store``)."""
+        report is the stored one: ``report.store``)."""
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError("recompute_pass: a PartitionReport's JSON is an object")
@@ -303,227 +281,3 @@ def _fmt_seconds(s: float | None) -> str:
         if s >= scale:
             return f"{s / scale:.3g} {unit}"
     return f"{s / 1e-9:.3g} ns"
-
-
-_MODULE_DICT = re.compile(r"(?:\.__dict__\['_modules'\]|\._modules)\['([^']*)'\]")
-
-
-def canonical_names(nodes: Iterable[fx.Node]) -> dict[fx.Node, str]:
-    """Readable names that depend on the model's structure, not on tracing counters."""
-    names: dict[fx.Node, str] = {}
-    seen: Counter[str] = Counter()
-    for node in nodes:
-        if node.op != "call_function":
-            names[node] = node.name
-            continue
-        if node.target is operator.getitem and node.args[0] in names:
-            names[node] = f"{names[node.args[0]]}[{node.args[1]}]"
-            continue
-        stack = node.meta.get("nn_module_stack") or {}
-        path = next(reversed(stack.values()))[0] if stack else ""
-        path = _MODULE_DICT.sub(r".\1", path)  # peft wraps modules: a path through ``_modules``
-        path = path.removeprefix("L['self']").removeprefix(".").replace("L['self']", "")
-        base = f"{path}/{op_name(node)}" if path else op_name(node)
-        names[node] = base if seen[base] == 0 else f"{base}#{seen[base]}"
-        seen[base] += 1
-    return names
-
-
-def op_name(node: fx.Node) -> str:
-    if node.op == "placeholder":
-        return "input"
-    target = node.target
-    packet = getattr(target, "_overloadpacket", None)
-    if packet is not None:
-        return packet.__name__
-    return getattr(target, "__name__", str(target))
-
-
-def describe_shape(val: object) -> tuple[str, str]:
-    """(shape, dtype) of a node's value, shapes in the graph's symbols."""
-    if isinstance(val, torch.Tensor):
-        return "[" + ", ".join(str(s) for s in val.shape) + "]", str(val.dtype).removeprefix("torch.")
-    if isinstance(val, torch.SymInt | int):
-        return str(val), "symint"
-    return "-", "-"
-
-
-@contextlib.contextmanager
-def capture_reports() -> Iterator[list[PartitionReport]]:
-    """Collect one ``PartitionReport`` per graph partitioned inside the block.
-
-    A hit in AOTAutograd's cache calls no partitioner: it republishes the reports stored
-    when the entry was made (``recompute_pass.report_store``), so a warm run reports what a
-    cold one did. A hit on an entry made before this store existed (or whose store was
-    removed) reports nothing; tests that count partitions disable caches
-    (``torch._inductor.config.force_disable_caches``).
-    """
-    reports: list[PartitionReport] = []
-    token = _collectors.set((*_collectors.get(), reports))
-    try:
-        yield reports
-    finally:
-        _collectors.reset(token)
-
-
-TRACE_ARTIFACT = "recompute_pass_report"
-"""The name of the report's artifact in PyTorch's structured trace (``TORCH_TRACE``)."""
-
-
-def publish(report: PartitionReport) -> None:
-    """Log the report (summary at INFO, table at DEBUG), emit it as a JSON artifact of
-    PyTorch's structured trace (tlparse lists it with the graph being compiled) and hand it
-    to active captures."""
-    ti.trace_artifact(TRACE_ARTIFACT, report.to_json)
-    if report.fallback:
-        log.warning(report.summary())
-    else:
-        log.info(report.summary())
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("recompute_pass partition:\n%s", report.to_text())
-    for collector in _collectors.get():
-        collector.append(report)
-
-
-def _unreplayable_draws(costed: Costed, names: dict[fx.Node, str]) -> tuple[str, ...]:
-    """Random draws backward cannot replay, so they are never recomputed: say which."""
-    draws = [names[c.node] for c in costed.joint.candidates if c.cost.is_random and not c.can_recompute]
-    return (f"random, not replayable, never recomputed: {', '.join(draws)}",) if draws else ()
-
-
-def _rebuilt(partition: Partition, names: dict[str, str]) -> tuple[str, ...]:
-    """Recomputed values backward computes again before each use, so none is held between uses."""
-    if not partition.rebuilt:
-        return ()
-    return (f"rebuilt before each use in backward: {', '.join(names.get(n, n) for n in partition.rebuilt)}",)
-
-
-def _stored(partition: Partition, names: dict[str, str]) -> tuple[str, ...]:
-    """Recomputed values backward stores once, so that the products they sum die there."""
-    if not partition.stored:
-        return ()
-    return (f"stored once in backward, inputs freed: {', '.join(names.get(n, n) for n in partition.stored)}",)
-
-
-def _scaled(partition: Partition) -> tuple[str, ...]:
-    """Backward scales applied to GEMM outputs, so that the unscaled gradient alone is stored."""
-    if not partition.scaled:
-        return ()
-    count = len(partition.scaled)
-    return (f"scales moved onto GEMM outputs in backward, a gradient buffer freed each: {count}",)
-
-
-def gradients_of(module: fx.GraphModule, num_fwd_outputs: int, static: Iterable[fx.Node]) -> Gradients | None:
-    """Count the joint graph's gradients: its outputs after the forward's are one per primal
-    input, None where the input needs none (a frozen weight, a buffer, the batch)."""
-    primals = [n for n in module.graph.nodes if ti.is_primal(n)]
-    (output,) = module.graph.find_nodes(op="output")
-    grads = list(output.args[0][num_fwd_outputs:])
-    if len(grads) != len(primals):
-        return None  # not the layout AOTAutograd documents: say nothing rather than guess
-    statics = set(static)
-    counts = [0, 0, 0, 0, 0]
-    for primal, grad in zip(primals, grads, strict=True):
-        val = primal.meta.get("val")
-        has = grad is not None
-        counts[4] += has
-        if primal not in statics or not isinstance(val, torch.Tensor):
-            continue
-        elements = val.numel()
-        if not isinstance(elements, int):
-            return None  # a static input of symbolic size: not a parameter
-        counts[0] += has
-        counts[1] += 1
-        counts[2] += elements if has else 0
-        counts[3] += elements
-    return Gradients(*counts)
-
-
-def build_report(
-    costed: Costed, decision: Decision, partition: Partition, peak: PeakEstimate
-) -> PartitionReport:
-    joint, problem = costed.joint, costed.problem
-    index = {c.node.name: i for i, c in enumerate(joint.candidates)}
-    names = canonical_names(joint.module.graph.nodes)
-    by_name = {node.name: name for node, name in names.items()}
-    nodes = {c.node.name: c.node for c in joint.candidates}
-
-    saved = []
-    for name in partition.saved:
-        node, item = nodes[name], problem.items[index[name]]
-        shape, dtype = describe_shape(node.meta.get("val"))
-        saved.append(
-            SavedValue(
-                names[node], op_name(node), shape, dtype, item.size, joint.candidates[index[name]].static
-            )
-        )
-    for state, k in sorted(costed.rng_states.items()):
-        if state in decision.plan.saved:
-            size = problem.items[state].size
-            node = joint.candidates[k].node
-            name = f"{names[node]}/rng_state"
-            saved.append(SavedValue(name, "rng_state", f"[{size}]", "uint8", size, False))
-    recomputed = []
-    for name in partition.recomputed:
-        node = nodes[name]
-        shape, _ = describe_shape(node.meta.get("val"))
-        kind = costed.costs[index[name]].kind
-        recomputed.append(RecomputedValue(names[node], op_name(node), kind, shape, costed.flops[index[name]]))
-    recomputed_items = [index[name] for name in partition.recomputed]
-    offloaded = []
-    for transfer in partition.offloaded:
-        node = nodes[transfer.name]
-        shape, dtype = describe_shape(node.meta.get("val"))
-        both = transfer.d2h_seconds + transfer.h2d_seconds
-        exposed = min(transfer.exposed_seconds, both)
-        offloaded.append(
-            OffloadedValue(
-                names[node],
-                shape,
-                dtype,
-                transfer.bytes,
-                transfer.d2h_seconds,
-                transfer.h2d_seconds,
-                both - exposed,
-                exposed,
-            )
-        )
-    return PartitionReport(
-        budget_ratio=decision.budget_ratio,
-        budget_bytes=decision.budget_bytes,
-        saved_bytes=sum(s.bytes for s in saved),
-        min_bytes=decision.min_bytes,
-        max_bytes=decision.max_bytes,
-        recompute_flops=sum(r.flops for r in recomputed),
-        estimated_recompute_time=sum(problem.items[i].recompute_cost for i in recomputed_items),
-        estimated_step_overhead=decision.plan.cost(problem),
-        solver=decision.solver,
-        optimal=decision.optimal,
-        solve_seconds=decision.solve_seconds,
-        device=costed.device.name,
-        saved=tuple(saved),
-        recomputed=tuple(recomputed),
-        notes=(
-            *decision.notes,
-            *_unreplayable_draws(costed, names),
-            *_rebuilt(partition, by_name),
-            *_stored(partition, by_name),
-            *_scaled(partition),
-            *filter(None, [peak.note]),
-            *[f"backward compiled with Inductor's {k}={v!r} (peaks lower)" for k, v in peak.compile_patches],
-        ),
-        frontier=decision.peak_frontier
-        or tuple((plan.size(problem), plan.cost(problem)) for plan in decision.frontier),
-        budget_kind=decision.budget_kind,
-        predicted_peak_bytes=peak.peak_bytes,
-        peak_at=f"{peak.peak_phase}: {by_name.get(peak.peak_node, peak.peak_node)}",
-        peak_model=peak.model,
-        peak_timeline=tuple((phase, by_name.get(node, node), live) for phase, node, live in peak.timeline),
-        offloaded=tuple(offloaded),
-        offload_frontier=decision.offload_frontier,
-        gradients=gradients_of(
-            joint.module,
-            joint.num_fwd_outputs,
-            joint.node_info.static_lifetime_input_nodes,  # type: ignore[attr-defined]
-        ),
-    )
