@@ -33,14 +33,8 @@ def caches_disabled() -> bool:
 # AOTAutograd's cache skips the partitioner on a hit. Its lookup is watched (below) so that a
 # hit can say which key it returned, and a miss which key the compile that follows saves under.
 _autograd_cache_try_load = AOTAutogradCache.try_load
-
-
 _autograd_cache_lookup = AOTAutogradCache._lookup
-
-
 _looked_up = threading.local()  # .key: the key of this thread's latest lookup
-
-
 _observers: list[Callable[[str | None, bool, Sequence[object]], None]] = []
 
 
