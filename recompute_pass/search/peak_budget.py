@@ -45,7 +45,7 @@ from recompute_pass.search.scorer import PlanScorer
 from recompute_pass.solver.cut import CutGraph
 from recompute_pass.solver.frontier import dominant_price
 from recompute_pass.solver.problem import Plan, Problem
-from recompute_pass.solver.strategies.fixed import policy_problem
+from recompute_pass.solver.strategies.policy import policy_problem
 from recompute_pass.solver.strategies.strategy_sqrt_n import block_segments, segment_policy, segments
 
 log = logging.getLogger(__name__)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from recompute_pass.solver.problem import InfeasibleProblem
 from recompute_pass.solver.strategies.base import Solution, Strategy
+from recompute_pass.solver.strategies.strategy_fixed import (
+    NoRecomputeStrategy,
+    RecomputeAllStrategy,
+    SelectiveStrategy,
+)
 from recompute_pass.solver.strategies.strategy_milp import MILPStrategy
 from recompute_pass.solver.strategies.strategy_mincut import MinCutStrategy
-from recompute_pass.solver.strategies.strategy_no_recompute import NoRecomputeStrategy
-from recompute_pass.solver.strategies.strategy_recompute_all import RecomputeAllStrategy
-from recompute_pass.solver.strategies.strategy_selective import SelectiveStrategy
 from recompute_pass.solver.strategies.strategy_sqrt_n import SqrtNStrategy
 
 STRATEGIES: dict[str, Strategy] = {

@@ -13,7 +13,7 @@ import math
 from recompute_pass.solver.frontier import Relaxation
 from recompute_pass.solver.problem import Problem
 from recompute_pass.solver.strategies.base import Solution
-from recompute_pass.solver.strategies.fixed import solve_policy
+from recompute_pass.solver.strategies.policy import solve_policy
 
 
 def segments(problem: Problem, count: int | None = None) -> list[int]:

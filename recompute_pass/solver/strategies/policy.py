@@ -1,4 +1,5 @@
-"""What the fixed policies share: solve a restricted problem exactly, ignoring the budget."""
+"""What the policies share (``strategy_fixed``, ``strategy_sqrt_n``, the peak search's
+segments): a problem restricted by a rule, solved exactly, ignoring the budget."""
 
 from __future__ import annotations
 
