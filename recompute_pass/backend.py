@@ -13,6 +13,7 @@ from recompute_pass import config
 from recompute_pass import torch_internals as ti
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.partitioner import RecomputePartitioner
+from recompute_pass.step import plans_steps, step_graph, trains
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +48,19 @@ class RecomputeBackend:
         options: dict[str, Any] | None = None,
     ) -> Callable[..., Any]:
         """``mode`` and ``options``: what ``torch.compile(mode=..., options=...)`` hands a
-        backend; Inductor's config, applied as ``backend="inductor"`` applies them."""
-        partitioner = self.partitioner()
+        backend; Inductor's config, applied as ``backend="inductor"`` applies them.
+
+        Under a step budget (``steps.plans_steps``) a graph that will be trained gets its
+        plan with the step's other graphs (``recompute_pass.step``)."""
+        settings = self.options()
+        patches = ti.inductor_mode_patches(mode, options) if self.inductor else None
+        if plans_steps(settings) and trains(example_inputs):
+            return step_graph(
+                gm, example_inputs, options=settings, inductor=self.inductor, config_patches=patches
+            )
+        partitioner = RecomputePartitioner(settings)
         if self.inductor:
-            return inductor_backend(partitioner, ti.inductor_mode_patches(mode, options))(gm, example_inputs)
+            return inductor_backend(partitioner, patches)(gm, example_inputs)
         if mode not in (None, "default") or options:
             ignored = "recompute_pass: the eager backend runs no Inductor: mode=%r, options=%r ignored"
             log.warning(ignored, mode, options)

@@ -20,7 +20,7 @@ from torch import fx
 
 from recompute_pass import torch_internals as ti
 from recompute_pass.options import RecomputeOptions
-from recompute_pass.partitioner import partition
+from recompute_pass.partitioner import Priced, partition, price
 from recompute_pass.report.record import PartitionReport
 
 
@@ -47,6 +47,16 @@ class CapturedStep:
         vals = [n.meta.get("val") for n in self.module.graph.find_nodes(op="placeholder")]
         fake_mode = ti.detect_fake_mode(vals)
         return fake_mode.shape_env if fake_mode is not None else None
+
+    def price(self, options: RecomputeOptions) -> Priced:
+        """A copy read and costed, as the real compile's partitioner would."""
+        return price(
+            self.copy(),
+            num_fwd_outputs=self.num_fwd_outputs,
+            static_lifetime_input_indices=self.static_lifetime_input_indices,
+            options=options,
+            compiler=self.compiler,
+        )
 
     def partition(self, options: RecomputeOptions) -> PartitionReport:
         """Partition a copy as the real compile would, and return only the report."""
@@ -106,6 +116,24 @@ def capture_step(
             raise
     if len(found) != 1:
         raise ValueError(f"the step compiled to {len(found)} joint graphs; fit_longest needs exactly one")
+    return found[0]
+
+
+def capture_compiled(
+    gm: fx.GraphModule, example_inputs: list[object], config_patches: dict[str, Any] | None = None
+) -> CapturedStep:
+    """The joint graph Inductor's compile of ``gm`` hands its partitioner (after Inductor's
+    joint-graph passes), the compile stopped there; inside the graph's own compile contexts."""
+    found: list[CapturedStep] = []
+    capturer = _CapturingPartitioner(found, "inductor")
+    try:
+        with ti.inductor_config.patch(custom_partitioner_fn=capturer, force_disable_caches=True):
+            ti.compile_fx(gm, example_inputs, config_patches=config_patches)
+    except Exception as error:
+        if not found or not _caused_by_capture(error):
+            raise
+    if len(found) != 1:
+        raise RuntimeError(f"capturing the joint graph found {len(found)} joint graphs; expected one")
     return found[0]
 
 

@@ -79,6 +79,11 @@ class RecomputeOptions:
         MILP) or ``mincut`` (greedy). Off by default: unmeasured on a GPU so far.
     offload_host_bytes: with ``offload``, a cap on the host bytes offloaded values hold
         (None: no cap).
+    plan_steps: under a step budget (a peak ratio below 1, or a peak cap), choose every
+        graph's plan for the training step the graphs run in together (per-block compile,
+        graph breaks, DDP's buckets: ``recompute_pass.step``), so that the budget holds for
+        the step; False plans each graph alone, as if it were the step (pipeline stages,
+        whose microbatches' steps interleave).
     """
 
     memory_budget: float = 1.0
@@ -96,6 +101,7 @@ class RecomputeOptions:
     plan_sizes: tuple[tuple[str, int], ...] | None = None
     offload: bool = False
     offload_host_bytes: int | None = None
+    plan_steps: bool = True
 
     def __post_init__(self) -> None:
         budget = self.memory_budget
@@ -127,6 +133,8 @@ class RecomputeOptions:
             raise _fail("fallback", self.fallback, "True or False")
         if not isinstance(self.sync_plans, bool):
             raise _fail("sync_plans", self.sync_plans, "True or False")
+        if not isinstance(self.plan_steps, bool):
+            raise _fail("plan_steps", self.plan_steps, "True or False")
         self._check_offload()
         limit = self.profile_time_limit
         if isinstance(limit, bool) or not isinstance(limit, numbers.Real) or not 0 <= limit < math.inf:

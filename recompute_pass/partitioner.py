@@ -15,6 +15,7 @@ import hashlib
 import logging
 import traceback
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +32,20 @@ from recompute_pass.memory import composed
 from recompute_pass.memory.audit import CompileAudit
 from recompute_pass.memory.liveness import PeakEstimate
 from recompute_pass.options import RecomputeOptions
-from recompute_pass.plan_sync import PlanSyncError, agree, agree_to_fail, partition_digest, rank_and_world
+from recompute_pass.plan_sync import (
+    PlanSyncError,
+    agree,
+    agree_to_fail,
+    item_keys,
+    partition_digest,
+    rank_and_world,
+)
 from recompute_pass.realization import JointScorer, realize
 from recompute_pass.report import store as report_store
 from recompute_pass.report.build import build_report
 from recompute_pass.report.publishing import publish
 from recompute_pass.report.record import PartitionReport
-from recompute_pass.search.decide import decide
+from recompute_pass.search.decide import Decision, decide
 from recompute_pass.solver.problem import Plan
 
 log = logging.getLogger(__name__)
@@ -80,16 +88,37 @@ def _copied_to_channels_last(weight: fx.Node) -> bool:
     )
 
 
-def partition(
+@dataclass(frozen=True)
+class Priced:
+    """A joint graph costed: what each plan of it is chosen from, and how its peaks are
+    predicted. ``options``: the caller's, or a region budget's where the graph has one."""
+
+    costed: Costed
+    options: RecomputeOptions
+    sizes: dict[str, int]  # ``plan_sizes``
+    inductor: bool  # peaks from Inductor's memory plan
+    planner: composed.PieceLowerings | None  # a deep graph's peaks, composed from its blocks
+
+    def scorer(self, realized: dict[Plan, tuple[Partition, PeakEstimate]]) -> JointScorer:
+        return JointScorer.of(
+            self.costed,
+            self.options,
+            inductor=self.inductor,
+            plan_sizes=self.sizes,
+            realized=realized,
+            planner=self.planner,
+        )
+
+
+def price(
     module: fx.GraphModule,
     *,
     num_fwd_outputs: int,
     static_lifetime_input_indices: Sequence[int],
     options: RecomputeOptions,
     compiler: str | None = None,
-) -> tuple[fx.GraphModule, fx.GraphModule, PartitionReport]:
-    """``compiler="inductor"`` when Inductor will compile the result (it changes what a
-    saved parameter costs); ``None`` when the graphs run as they are."""
+) -> Priced:
+    """Stages 1 and 2: the joint graph read and costed (``module`` is prepared in place)."""
     prepare(module)
     primals = [n for n in module.graph.nodes if ti.is_primal(n)]
     static = ti.flat_static_input_indices(primals, static_lifetime_input_indices)
@@ -116,15 +145,62 @@ def partition(
     # Inductor's memory model does not know the offload ops: with offload, every plan's
     # peak comes from the graphs, so that plans with and without offload compare alike.
     inductor = compiler == "inductor" and options.peak_model == "auto" and not options.offload
-    realized: dict[Plan, tuple[Partition, PeakEstimate]] = {}
     # A deep graph's peaks through Inductor: composed from its distinct blocks' lowerings.
     planner = composed.for_graph(joint.module) if inductor and options.budgets_peak else None
+    return Priced(costed, options, sizes, inductor, planner)
+
+
+@dataclass(frozen=True)
+class FixedPlan:
+    """A plan chosen elsewhere (for the whole step, ``recompute_pass.step``), by the
+    canonical names of what it saves and recomputes (``plan_sync.item_keys``), with the
+    budget it was chosen for: the step's peak budget and range."""
+
+    saved: tuple[str, ...]
+    recomputed: tuple[str, ...]
+    budget_bytes: int
+    min_bytes: int | None
+    max_bytes: int | None
+    note: str
+
+    def digest(self) -> str:
+        return hashlib.sha256(repr((self.saved, self.recomputed)).encode()).hexdigest()[:16]
+
+
+def partition(
+    module: fx.GraphModule,
+    *,
+    num_fwd_outputs: int,
+    static_lifetime_input_indices: Sequence[int],
+    options: RecomputeOptions,
+    compiler: str | None = None,
+    plan: FixedPlan | None = None,
+) -> tuple[fx.GraphModule, fx.GraphModule, PartitionReport]:
+    """``compiler="inductor"`` when Inductor will compile the result (it changes what a
+    saved parameter costs); ``None`` when the graphs run as they are. ``plan``: partition
+    under that plan instead of choosing one (a plan it names that this graph lacks is an
+    error)."""
+    priced = price(
+        module,
+        num_fwd_outputs=num_fwd_outputs,
+        static_lifetime_input_indices=static_lifetime_input_indices,
+        options=options,
+        compiler=compiler,
+    )
+    costed, options, sizes, inductor, planner = (
+        priced.costed,
+        priced.options,
+        priced.sizes,
+        priced.inductor,
+        priced.planner,
+    )
+    realized: dict[Plan, tuple[Partition, PeakEstimate]] = {}
     scorer = None
-    if options.budgets_peak:  # only a peak budget scores many plans
-        scorer = JointScorer.of(
-            costed, options, inductor=inductor, plan_sizes=sizes, realized=realized, planner=planner
-        )
-    decision = decide(costed.problem, options, scorer)
+    if options.budgets_peak and plan is None:  # only a peak budget scores many plans
+        scorer = priced.scorer(realized)
+    decision = (
+        fixed_decision(costed, plan, options) if plan is not None else decide(costed.problem, options, scorer)
+    )
     if scorer is not None and scorer.walked:
         walked, extracted = scorer.estimate(decision.plan), scorer.realize(decision.plan)[1].peak_bytes
         if walked != extracted:
@@ -155,6 +231,32 @@ def partition(
     report = build_report(costed, decision, result, peak)
     report = dataclasses.replace(report, plan_digest=synced.digest, rank=rank, world_size=world)
     return result.forward, result.backward, report
+
+
+def fixed_decision(costed: Costed, plan: FixedPlan, options: RecomputeOptions) -> Decision:
+    """``plan`` on this graph, checked like a solver's plan."""
+    keys = item_keys(costed)
+    index = {key: i for i, key in enumerate(keys)}
+    missing = sorted(k for k in (*plan.saved, *plan.recomputed) if k not in index)
+    if missing:
+        raise ValueError(f"the graph lacks values the step's plan names: {missing[:5]}")
+    chosen = Plan(frozenset(index[k] for k in plan.saved), frozenset(index[k] for k in plan.recomputed))
+    violations = chosen.violations(costed.problem)
+    if violations:
+        raise ValueError(f"the step's plan is invalid on this graph: {violations[:5]}")
+    return Decision(
+        plan=chosen,
+        solver="step",
+        optimal=False,
+        notes=(plan.note,),
+        budget_ratio=None if options.peak_memory_bytes is not None else options.memory_budget,
+        budget_bytes=plan.budget_bytes,
+        min_bytes=plan.min_bytes,
+        max_bytes=plan.max_bytes if plan.max_bytes is not None else plan.budget_bytes,
+        solve_seconds=0.0,
+        frontier=(),
+        budget_kind="peak",
+    )
 
 
 def _audited(
@@ -206,14 +308,18 @@ def _joined(*notes: str) -> str:
 class RecomputePartitioner(ti.CustomPartitionerFn):
     """Plugs into Inductor as ``custom_partitioner_fn``, or into ``aot_autograd`` as ``partition_fn``."""
 
-    def __init__(self, options: RecomputeOptions) -> None:
+    plan: FixedPlan | None = None  # chosen for the step (``recompute_pass.step``), or chosen here
+
+    def __init__(self, options: RecomputeOptions, *, plan: FixedPlan | None = None) -> None:
         self.options = options
+        self.plan = plan
         report_store.watch()  # a warm cache's hits republish the reports stored on their miss
 
     def uuid(self) -> str:
         # Enters Inductor's FX-graph and AOTAutograd cache keys: a warm cache must never
         # return a plan made for other options or other code.
-        return f"recompute_pass-{code_hash()}-{self.options.cache_key()}"
+        plan = "" if self.plan is None else f"-step-{self.plan.digest()}"
+        return f"recompute_pass-{code_hash()}-{self.options.cache_key()}{plan}"
 
     def __call__(
         self, gm: fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any
@@ -232,6 +338,7 @@ class RecomputePartitioner(ti.CustomPartitionerFn):
                 static_lifetime_input_indices=static,
                 options=self.options,
                 compiler=kwargs.get("compiler"),
+                plan=self.plan,
             )
         except (RegionBudgetError, PlanSyncError):
             raise

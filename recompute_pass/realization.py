@@ -134,13 +134,17 @@ class JointScorer:
         return dataclasses.replace(self, walked=False, checks=checks)
 
     def estimate(self, plan: Plan) -> int:
+        return self.estimated(plan).peak_bytes
+
+    def estimated(self, plan: Plan) -> PeakEstimate:
+        """The fast estimate's whole timeline (``estimate`` is its peak)."""
         costed = self.costed
         nodes = PlanNodes.of(costed, plan)
         estimate = self.schedule.peak(set(nodes.saved), nodes.recomputed, nodes.state_bytes(costed))
         if plan.offloaded:
             off = {costed.joint.candidates[i].node: costed.problem.items[i].size for i in plan.offloaded}
             estimate = with_offload(estimate, off, self.graph_nodes, costed.device, costed.hints)
-        return estimate.peak_bytes
+        return estimate
 
     def exact(self, plan: Plan) -> int:
         return self.estimate(plan) if self.walked else self.realize(plan)[1].peak_bytes

@@ -193,10 +193,10 @@ def _predict_peak(
         for name, store in zip(outputs, fwd.outputs, strict=True)
         if name is not None and (sid := memory.owner("forward", store)) is not None
     }
-    for name in outputs[:num_user_outputs]:  # the loss: the caller holds it
-        if name in carried:
-            memory.keep(carried[name])
-    donated = []
+    users = {carried[name] for name in outputs[:num_user_outputs] if name in carried}
+    for sid in users:  # the loss: the caller holds it
+        memory.keep(sid)
+    donated, tangents = [], 0
     for index, node in enumerate(backward.graph.find_nodes(op="placeholder")):
         if node.name in carried:
             memory.bind("backward", node.name, carried[node.name])
@@ -205,9 +205,11 @@ def _predict_peak(
         elif ti.is_tangent(node) and isinstance(node.meta.get("val"), torch.Tensor):
             size = hints.evaluate(tensor_bytes(node.meta["val"]))
             memory.alloc("backward", node.name, size, node.name)
+            tangents += size
         else:  # a forward input handed to backward (a parameter, the batch)
             memory.bind_external("backward", node.name)
     memory.release("forward")  # only what the backward received stays referenced
+    forward_end, caller = memory.live - tangents, sum(memory.size[sid] for sid in users)
     strides = {
         name: stride
         for name, stride in zip(outputs, fwd.output_strides, strict=True)
@@ -226,6 +228,7 @@ def _predict_peak(
         run = memory.copy()
         run.replay(bwd.events, "backward")
         estimate = dataclasses.replace(run.estimate(), compile_patches=tuple(sorted(config.items())))
+        estimate = estimate.with_boundaries(forward_end, caller, tangents)
         if best is None or estimate.peak_bytes < best.peak_bytes:
             best = estimate
     assert best is not None

@@ -24,6 +24,7 @@ writes), so under ``torch.compile`` the peak comes from Inductor's own plan
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -53,6 +54,17 @@ class PeakEstimate:
     note: str = ""  # why the model is not the one asked for, if it is not
     # Inductor config the backward is to be compiled under for this peak (``inductor_memory``).
     compile_patches: tuple[tuple[str, object], ...] = ()
+    # What a step of several graphs needs of this one (``recompute_pass.step``): the live
+    # bytes when the forward ends (its outputs and what it saved), of them the user
+    # outputs the caller holds, and the incoming gradients allocated when backward starts.
+    forward_end: int = 0
+    caller_bytes: int = 0
+    tangent_bytes: int = 0
+
+    def with_boundaries(self, forward_end: int, caller_bytes: int, tangent_bytes: int) -> PeakEstimate:
+        return dataclasses.replace(
+            self, forward_end=forward_end, caller_bytes=caller_bytes, tangent_bytes=tangent_bytes
+        )
 
     @staticmethod
     def of(timeline: Sequence[tuple[str, str, int]], model: str = "graph") -> PeakEstimate:
@@ -198,6 +210,13 @@ class Walk:
     def estimate(self) -> PeakEstimate:
         return PeakEstimate.of(self.timeline)
 
+    def held_by(self, nodes: Sequence[fx.Node], outputs: Collection[fx.Node]) -> int:
+        """Live bytes of the storages of ``outputs`` (nodes of ``nodes``, in run order),
+        each storage once."""
+        storage = _storages(nodes, self.facts)
+        owners = {storage.get(node, node).name for node in outputs}
+        return sum(self.sizes.get(name, 0) for name in owners)
+
 
 def predict_peak(
     forward: fx.GraphModule,
@@ -208,7 +227,11 @@ def predict_peak(
 ) -> PeakEstimate:
     """Walk both graphs; ``num_user_outputs`` leading forward outputs are the user's."""
     walk = Walk(NodeFacts(hints))
-    walk.run("forward", list(forward.graph.nodes), _graph_outputs(forward))
+    forward_nodes = list(forward.graph.nodes)
+    walk.run("forward", forward_nodes, _graph_outputs(forward))
+    forward_end = walk.live
+    users = [v for v in _outputs(forward)[:num_user_outputs] if isinstance(v, fx.Node)]
+    caller = walk.held_by(forward_nodes, users)
     sent = backward_names(forward, backward, num_user_outputs)
     for value, name in zip(_outputs(forward), sent, strict=True):
         # A saved value may reach backward under another name (a generator state saved by
@@ -224,8 +247,9 @@ def predict_peak(
     for tangent in placeholders:
         if ti.is_tangent(tangent) and isinstance(tangent.meta.get("val"), torch.Tensor):
             walk.allocate(tangent, tangent.name, tangent.meta["val"])  # autograd's incoming gradient
+    tangents = walk.live - forward_end
     walk.run("backward", list(backward.graph.nodes), _graph_outputs(backward))
-    return walk.estimate()
+    return walk.estimate().with_boundaries(forward_end, caller, tangents)
 
 
 def backward_names(

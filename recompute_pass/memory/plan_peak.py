@@ -63,15 +63,18 @@ class JointSchedule:
         states: dict[str, int],
     ) -> PeakEstimate:
         """``states``: bytes of generator state saved per replayed draw (by node name)."""
-        forward = self.forward | self._closure(saved & self.backward, lambda n: n in self.backward)
+        backward_saved = self._closure(saved & self.backward, lambda n: n in self.backward)
+        forward = self._sorted(self.forward | backward_saved)
         walk = Walk(self.facts)
-        walk.run("forward", self._sorted(forward), saved | self.user_outputs, extra=states)
+        walk.run("forward", forward, saved | self.user_outputs, extra=states)
+        forward_end, caller = walk.live, walk.held_by(forward, self.user_outputs)
         for tangent in self.tangents:  # autograd's incoming gradients
             walk.allocate(tangent, tangent.name, tangent.meta.get("val"))
+        tangents = walk.live - forward_end
         walk.run(
             "backward", self.backward_order(saved, recomputed), set(self.gradients), releases=states.keys()
         )
-        return walk.estimate()
+        return walk.estimate().with_boundaries(forward_end, caller, tangents)
 
     def backward_order(self, saved: set[fx.Node], recomputed: set[fx.Node]) -> list[fx.Node]:
         """What backward computes, in the order it runs: its own nodes but the saved ones,

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from recompute_pass.report.build import build_report, gradients_of
 from recompute_pass.report.naming import canonical_names, describe_shape, op_name
-from recompute_pass.report.publishing import TRACE_ARTIFACT, capture_reports, publish
+from recompute_pass.report.publishing import (
+    TRACE_ARTIFACT,
+    Reports,
+    capture_reports,
+    publish,
+    publish_step_to_captures,
+)
 from recompute_pass.report.record import (
     Gradients,
     OffloadedValue,
@@ -24,6 +30,7 @@ __all__ = [
     "OffloadedValue",
     "PartitionReport",
     "RecomputedValue",
+    "Reports",
     "SavedValue",
     "build_report",
     "canonical_names",
@@ -32,4 +39,5 @@ __all__ = [
     "gradients_of",
     "op_name",
     "publish",
+    "publish_step_to_captures",
 ]

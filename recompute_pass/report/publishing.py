@@ -14,14 +14,24 @@ from recompute_pass.report.record import PartitionReport
 
 log = logging.getLogger("recompute_pass")
 
-_collectors: contextvars.ContextVar[tuple[list[PartitionReport], ...]] = contextvars.ContextVar(
+class Reports(list[PartitionReport]):
+    """The reports a ``capture_reports`` block collected: one ``PartitionReport`` per graph
+    partitioned, and in ``steps`` one report per step planned (``recompute_pass.step``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps: list[object] = []
+
+
+_collectors: contextvars.ContextVar[tuple[Reports, ...]] = contextvars.ContextVar(
     "recompute_pass_report_collectors", default=()
 )
 
 
 @contextlib.contextmanager
-def capture_reports() -> Iterator[list[PartitionReport]]:
-    """Collect one ``PartitionReport`` per graph partitioned inside the block.
+def capture_reports() -> Iterator[Reports]:
+    """Collect one ``PartitionReport`` per graph partitioned inside the block, and each
+    step's report in the list's ``steps``.
 
     A hit in AOTAutograd's cache calls no partitioner: it republishes the reports stored
     when the entry was made (``report.store``), so a warm run reports what a
@@ -29,7 +39,7 @@ def capture_reports() -> Iterator[list[PartitionReport]]:
     removed) reports nothing; tests that count partitions disable caches
     (``torch._inductor.config.force_disable_caches``).
     """
-    reports: list[PartitionReport] = []
+    reports = Reports()
     token = _collectors.set((*_collectors.get(), reports))
     try:
         yield reports
@@ -54,3 +64,9 @@ def publish(report: PartitionReport) -> None:
             log.debug("recompute_pass partition:\n%s", report.to_text())
     for collector in _collectors.get():
         collector.append(report)
+
+
+def publish_step_to_captures(report: object) -> None:
+    """Hand a step's report to the active captures (``Reports.steps``)."""
+    for collector in _collectors.get():
+        collector.steps.append(report)

@@ -1,0 +1,241 @@
+"""The callable Dynamo runs for one compiled graph whose plan is the step's to choose.
+
+The backend hands Dynamo a ``StepGraph`` instead of the compiled function. Two kinds:
+
+- A graph whose inputs include activations autograd made earlier in the step (a block
+  after the embeddings, the graph after a break, a DDP bucket after the first) is one of
+  several: it starts **provisional**. It runs through AOTAutograd without codegen under
+  the plan that saves fewest bytes (so a step that fits later does not run out of memory
+  first), while the step is recorded; when the step's backward ends, the planner chooses
+  its plan and it is compiled once, for real, in the compile context Dynamo gave it (as
+  AOTAutograd's lazy backward compile does), with its fake inputs.
+- A graph that starts from the batch and parameters alone (a model compiled whole, the
+  first graph before a break) is compiled at once, as a graph alone is today: most steps
+  are one such graph. The step's recording checks it, and the planner recompiles it only
+  where the step's budget needs another plan.
+
+The graph's joint graph is kept for the planner: from the provisional compile without
+codegen, or captured from Inductor's (``capture``), so that each plan is chosen on the
+very graph the final compile partitions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import torch
+from torch import fx
+
+from recompute_pass import torch_internals as ti
+from recompute_pass.capture import CapturedStep, capture_compiled
+from recompute_pass.graph.plan_sizes import planned_hints
+from recompute_pass.memory import liveness
+from recompute_pass.options import RecomputeOptions
+from recompute_pass.partitioner import FixedPlan, RecomputePartitioner, partition
+from recompute_pass.plan_sync import graph_digest
+from recompute_pass.step.fronts import plan_memory
+from recompute_pass.step.recording import PlanMemory
+
+log = logging.getLogger(__name__)
+
+# The provisional plan: the fewest saved bytes (a min cut, no peak search).
+PROVISIONAL = dict(
+    budget_mode="saved", memory_budget=0.0, memory_budget_bytes=None, solver="mincut", offload=False
+)
+
+
+class StepGraph:
+    """One Dynamo graph under a step budget (see the module docstring)."""
+
+    def __init__(
+        self,
+        gm: fx.GraphModule,
+        example_inputs: Sequence[object],
+        *,
+        options: RecomputeOptions,
+        inductor: bool,
+        config_patches: dict[str, Any] | None,
+        name: str,
+        planner: Planner,
+    ) -> None:
+        self.name = name
+        self.planner = planner
+        self.recorded_once = False  # in a recorded step since it was compiled
+        self.options = options
+        self.inductor = inductor
+        self.config_patches = config_patches
+        self.context = ti.CompileContexts.current()
+        self.inputs = ti.fake_inputs(example_inputs)
+        self.module = _copy(gm)
+        self.key = _key(gm, self.inputs)
+        self.joint: CapturedStep | None = None
+        self.recorded: PlanMemory | None = None  # the provisional plan's memory
+        self.compiled: Callable[..., Any] | None = None
+        self.plan: FixedPlan | None = None
+        self.compile_seconds = 0.0
+        start = time.perf_counter()
+        if follows_autograd(example_inputs):
+            self.provisional: Callable[..., Any] | None = ti.eager_aot_backend(self._provisional_partition)(
+                gm, example_inputs
+            )
+        else:
+            self.provisional = None
+            self.compiled = self._compile(gm, list(example_inputs), None)
+        self.compile_seconds += time.perf_counter() - start
+
+    def __call__(self, *args: Any) -> Any:
+        if self.compiled is not None and self.recorded_once and not self.planner.recording:
+            return self.compiled(*args)
+        return self.planner.call(self, args)
+
+    @property
+    def is_provisional(self) -> bool:
+        return self.compiled is None
+
+    def run(self) -> Callable[..., Any]:
+        """What runs a call now: the final graphs, else the provisional ones."""
+        compiled = self.compiled or self.provisional
+        assert compiled is not None
+        return compiled
+
+    def finish(self, plan: FixedPlan | None) -> None:
+        """Compile for real, under ``plan`` (None: the graph's own choice, as alone)."""
+        start = time.perf_counter()
+        with self.context.restored():
+            self.compiled = self._compile(_copy(self.module), list(self.inputs), plan)
+        self.plan = plan
+        self.provisional = None
+        self.compile_seconds += time.perf_counter() - start
+
+    def captured(self) -> CapturedStep:
+        """The joint graph the final compile will partition."""
+        if self.joint is None:
+            with self.context.restored(), torch.enable_grad():
+                self.joint = capture_compiled(_copy(self.module), list(self.inputs), self.config_patches)
+        return self.joint
+
+    def _compile(
+        self, gm: fx.GraphModule, inputs: list[object], plan: FixedPlan | None
+    ) -> Callable[..., Any]:
+        partitioner = StepPartitioner(self, plan)
+        with torch.enable_grad(), ti.backward_compiled_with_forward():
+            if self.inductor:
+                with ti.inductor_config.patch(custom_partitioner_fn=partitioner):
+                    return ti.compile_fx(gm, inputs, config_patches=self.config_patches)
+            return ti.eager_aot_backend(partitioner)(gm, inputs)
+
+    def _provisional_partition(
+        self, gm: fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any
+    ) -> tuple[fx.GraphModule, fx.GraphModule]:
+        users = kwargs["num_fwd_outputs"]
+        static = tuple(kwargs.get("static_lifetime_input_indices") or ())
+        if not self.inductor:  # without codegen this is the joint graph the final compile sees
+            self.joint = CapturedStep(_copy(gm), users, static, None)
+        options = self.options.replace(**PROVISIONAL)
+        try:
+            forward, backward, _ = partition(
+                gm, num_fwd_outputs=users, static_lifetime_input_indices=static, options=options
+            )
+        except Exception:
+            log.debug("recompute_pass: provisional plan failed; PyTorch's partition used", exc_info=True)
+            forward, backward = ti.min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+        self.recorded = provisional_memory(forward, backward, users)
+        return forward, backward
+
+
+class Planner(Protocol):
+    """What a graph asks of the step's planner (``planner.StepPlanner``)."""
+
+    recording: bool
+
+    def call(self, graph: StepGraph, args: Sequence[Any]) -> Any: ...
+
+
+class StepPartitioner(RecomputePartitioner):
+    """Our partitioner for a step's graph: the planner's plan where it chose one; and the
+    joint graph kept for the planner, where no provisional compile kept it."""
+
+    def __init__(self, graph: StepGraph, plan: FixedPlan | None) -> None:
+        super().__init__(graph.options, plan=plan)
+        self.graph = graph
+
+    def __deepcopy__(self, memo: dict[int, object]) -> StepPartitioner:
+        """Inductor copies its config (this among it) for repro strings; the graph it
+        reports to holds the compile's fake inputs, which cannot be copied."""
+        return self
+
+    def __call__(self, gm: fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any) -> Any:
+        if self.graph.joint is None:
+            static = tuple(kwargs.get("static_lifetime_input_indices") or ())
+            self.graph.joint = CapturedStep(
+                _copy(gm), kwargs["num_fwd_outputs"], static, kwargs.get("compiler")
+            )
+        return super().__call__(gm, joint_inputs, **kwargs)
+
+
+def follows_autograd(example_inputs: Sequence[object]) -> bool:
+    """Whether some input is an activation autograd made earlier in the step: the graph is
+    then one of several, and waits for the step to be recorded."""
+    return any(isinstance(x, torch.Tensor) and x.requires_grad and not x.is_leaf for x in example_inputs)
+
+
+def provisional_memory(forward: fx.GraphModule, backward: fx.GraphModule, users: int) -> PlanMemory:
+    """The provisional plan's memory, from its graphs walked as they run (no codegen)."""
+    hints = planned_hints(forward.graph, {})
+    estimate = liveness.predict_peak(forward, backward, num_user_outputs=users, hints=hints)
+    placeholders = {node: i for i, node in enumerate(forward.graph.find_nodes(op="placeholder"))}
+    (output,) = forward.graph.find_nodes(op="output")
+    saved = {placeholders[v] for v in output.args[0][users:] if v in placeholders}
+    return plan_memory(estimate, cost=0.0, saved_inputs=frozenset(saved), exact=True)
+
+
+def _copy(gm: fx.GraphModule) -> fx.GraphModule:
+    graph = fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    return fx.GraphModule(gm, graph)
+
+
+def _key(gm: fx.GraphModule, inputs: Sequence[object]) -> str:
+    """Graphs equal in structure and inputs have equal joint graphs and fronts."""
+    described = [
+        (tuple(x.shape), tuple(x.stride()), str(x.dtype), x.requires_grad)
+        if isinstance(x, torch.Tensor)
+        else repr(x)
+        for x in inputs
+    ]
+    return hashlib.sha256(graph_digest(gm.graph) + repr(described).encode()).hexdigest()
+
+
+def describe(gm: fx.GraphModule, number: int) -> str:
+    """A graph's name for reports: the innermost module its nodes share (``layers.3``),
+    and its number in order of compilation."""
+    stacks = [list(stack.values()) for node in gm.graph.nodes if (stack := node.meta.get("nn_module_stack"))]
+    common = stacks[0] if stacks else []
+    for stack in stacks[1:]:
+        common = [a for a, b in zip(common, stack, strict=False) if a[0] == b[0]]
+    if not common:
+        return f"graph #{number}"
+    path, kind = common[-1]
+    name = _readable(path)
+    if name == "model":  # the compiled module itself: say what it is
+        name = getattr(kind, "__name__", str(kind)).rsplit(".", 1)[-1]
+    return f"{name} #{number}"
+
+
+def _readable(path: str) -> str:
+    """Dynamo's source path (``L['self'].layers[3]``) as a module path (``layers.3``)."""
+    for old, new in (
+        ("L['self']", ""),
+        ("L['fn']", ""),
+        ("._modules['", "."),
+        ("']", ""),
+        ("['", "."),
+        ("[", "."),
+        ("]", ""),
+    ):
+        path = path.replace(old, new)
+    return path.strip(".") or "model"

@@ -1,0 +1,175 @@
+"""The step's planner: the graphs compiled under a step budget are planned together.
+
+One per process, as a training step is one per process: graphs compiled by different
+``torch.compile`` calls (each block of a per-block compile, the pieces of a graph break,
+DDP's buckets) run in one step, and only together do they say what the step holds. So
+this is the one piece of state the package keeps besides its config: the graphs waiting
+for a plan, and the step being recorded.
+
+- A step is recorded (``recorder``) when a graph is waiting, from the first call of a
+  graph at a step's start (the first call ever, or the first after a backward pass
+  ended) to the end of that step's backward pass.
+- Then each waiting graph's front of plans is built (``fronts``; graphs equal in
+  structure share one), one plan per graph is chosen for the step's budget (``solve``),
+  each graph is compiled once under its plan (``graphs``), and the step's report is
+  published (``report``).
+- A graph compiled later (a recompile, a new shape) waits for the next step that starts
+  after it: it runs provisionally until then, and is planned with the others fixed.
+- Where a step cannot be recorded (another profiler runs on CPU) the graphs wait a step
+  more; after ``MAX_WAITS`` steps each is planned alone, as without a step (one warning).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from recompute_pass import torch_internals as ti
+from recompute_pass.partitioner import FixedPlan
+from recompute_pass.step.fronts import GraphFront, front
+from recompute_pass.step.graphs import StepGraph
+from recompute_pass.step.recorder import Recorder
+from recompute_pass.step.recording import StepRecording
+from recompute_pass.step.report import StepReport, build_step_report, publish_step
+from recompute_pass.step.solve import StepChoice, choose
+
+log = logging.getLogger(__name__)
+
+# Steps a waiting graph runs provisionally, unrecorded (a profiler of the user's was
+# running), before it is planned alone.
+MAX_WAITS = 3
+
+
+class StepPlanner:
+    def __init__(self) -> None:
+        self.waiting: weakref.WeakSet[StepGraph] = weakref.WeakSet()  # not yet in a recorded step
+        self.recorder: Recorder | None = None
+        self.armed = True  # the next call starts a step
+        self.waits = 0
+
+    @property
+    def recording(self) -> bool:
+        """Whether calls go through the planner: a step is recorded, or one is due."""
+        return self.recorder is not None or (self.armed and len(self.waiting) > 0)
+
+    def register(self, graph: StepGraph) -> None:
+        self.waiting.add(graph)
+
+    def call(self, graph: StepGraph, args: Sequence[Any]) -> Any:
+        if self.recorder is None and self.armed and len(self.waiting) > 0:
+            self._start(args)
+        recorder = self.recorder
+        if recorder is not None and not recorder.ended:
+            recorded = graph.recorded if graph.is_provisional else None
+            return recorder.forward(graph, graph.name, args, graph.run(), recorded)
+        outputs = graph.run()(*args)
+        if graph.is_provisional:
+            ti.after_backward(outputs, self._arm)
+        return outputs
+
+    def _arm(self) -> None:
+        self.armed = True
+
+    def _start(self, args: Sequence[Any]) -> None:
+        device = _device(args)
+        self.armed = False
+        if not Recorder.can_measure(device):
+            if not any(g.is_provisional for g in self.waiting):  # only a report to make: skip it
+                self.waiting.clear()
+                return
+            self.waits += 1
+            if self.waits < MAX_WAITS:
+                log.info("recompute_pass: a profiler is running; the step is recorded at the next one")
+                return
+            log.warning(
+                "recompute_pass: no step could be recorded in %d steps (a profiler of yours was running "
+                "each time); each graph is planned alone, and a peak cap holds per graph only",
+                MAX_WAITS,
+            )
+            for graph in list(self.waiting):
+                if graph.is_provisional:
+                    graph.finish(None)
+                graph.recorded_once = True
+            self.waiting.clear()
+            return
+        self.waits = 0
+        self.recorder = Recorder(device, self._ended)
+
+    def _ended(self, recording: StepRecording) -> None:
+        recorder, self.recorder = self.recorder, None
+        assert recorder is not None
+        graphs: list[StepGraph] = list(recorder.graphs)  # type: ignore[arg-type]
+        start = time.perf_counter()
+        try:
+            report = self._plan(recording, graphs)
+        except Exception as error:
+            cause = f"{type(error).__name__}: {error}".splitlines()[0][:200]
+            log.warning("recompute_pass: planning the step failed (%s); each graph is planned alone", cause)
+            log.debug("recompute_pass: step planning failure", exc_info=True)
+            for graph in graphs:
+                if graph.is_provisional:
+                    graph.finish(None)
+            report = None
+        for graph in graphs:
+            graph.recorded_once = True
+            self.waiting.discard(graph)
+        self.armed = True
+        if report is not None:
+            publish_step(report.timed(planning=time.perf_counter() - start))
+
+    def _plan(self, recording: StepRecording, graphs: Sequence[StepGraph]) -> StepReport:
+        choosable = [
+            g
+            for index, g in enumerate(graphs)
+            if g.is_provisional and any(c.graph == index and c.provisional for c in recording.calls)
+        ]
+        for graph in graphs:  # provisional but never differentiated in the step: alone
+            if graph.is_provisional and graph not in choosable:
+                graph.finish(None)
+        options = _step_options(choosable or graphs)
+        fronts: dict[str, GraphFront] = {}
+        for graph in choosable:
+            if graph.key not in fronts:
+                fronts[graph.key] = front(graph.captured().price(options))
+        memories = [fronts[g.key].memories() if g in choosable else None for g in graphs]
+        ratio = None if options.peak_memory_bytes is not None else options.memory_budget
+        choice = choose(recording, memories, ratio=ratio, cap=options.peak_memory_bytes)
+        for index, graph in enumerate(graphs):
+            plan_index = choice.choice[index]
+            if graph in choosable and plan_index is not None:
+                chosen = fronts[graph.key].plans[plan_index]
+                graph.finish(_fixed(chosen.saved, chosen.recomputed, choice, options))
+        return build_step_report(recording, graphs, fronts, choice, options)
+
+
+def _fixed(saved: Sequence[str], recomputed: Sequence[str], choice: StepChoice, options: Any) -> FixedPlan:
+    return FixedPlan(
+        saved=tuple(saved),
+        recomputed=tuple(recomputed),
+        budget_bytes=choice.budget,
+        min_bytes=choice.lowest,
+        max_bytes=choice.fastest,
+        note=f"chosen for the step: step peak {choice.peak.bytes:,} B predicted, budget {choice.budget:,} B",
+    )
+
+
+def _step_options(graphs: Sequence[StepGraph]) -> Any:
+    """The budget the step is planned to: every graph's must agree."""
+    budgets = {(g.options.memory_budget, g.options.peak_memory_bytes) for g in graphs}
+    if len(budgets) > 1:
+        raise ValueError(f"the step's graphs were compiled with different budgets {sorted(budgets, key=str)}")
+    return graphs[0].options
+
+
+def _device(args: Sequence[Any]) -> torch.device:
+    devices = [a.device for a in args if isinstance(a, torch.Tensor)]
+    return next((d for d in devices if d.type == "cuda"), devices[0] if devices else torch.device("cpu"))
+
+
+PLANNER = StepPlanner()
+"""The process's step planner."""

@@ -1,0 +1,166 @@
+"""Watches one step run: each compiled graph's forward and backward, as they happen.
+
+The graphs' callables (``graphs.StepGraph``) report each forward here; the backward of a
+call is found on its outputs' autograd node (AOTAutograd's ``CompiledFunctionBackward``,
+one per call), whose pre- and post-hooks mark the backward's start and end, and the end
+of the whole backward pass comes from the autograd engine's final callback, queued by
+the first of those hooks. At each mark the meter reads the level (``meters``) and the
+recorder notes which boundary tensors have died. The result is plain data
+(``recording.StepRecording``).
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from recompute_pass import torch_internals as ti
+from recompute_pass.step.meters import AllocatorMeter, Meter, ProfilerMeter
+from recompute_pass.step.recording import Call, Event, EventKind, PlanMemory, StepRecording
+
+log = logging.getLogger(__name__)
+
+
+class Recorder:
+    """One step's events. ``on_end(recording)`` runs when its backward pass ends."""
+
+    def __init__(self, device: torch.device, on_end: Callable[[StepRecording], None]) -> None:
+        self.meter: Meter = AllocatorMeter(device) if device.type == "cuda" else ProfilerMeter()
+        self.device = device
+        self.on_end = on_end
+        self.graphs: list[object] = []  # graph keys, in order of first run
+        self.names: list[str] = []
+        self.calls: list[Call] = []
+        self.marks: list[tuple[EventKind, int, frozenset[int]]] = []
+        self.tensors: list[weakref.ref[torch.Tensor]] = []  # boundary tensors
+        self.sizes: list[int] = []
+        self.index: dict[int, int] = {}  # id(tensor) -> boundary, while the tensor lives
+        self.prologue: list[tuple[int, weakref.ref[torch.Tensor], bool]] = []
+        self.backward_started = False
+        self.ended = False
+        self.watch = ti.BackwardWatch(self._backward_returned)
+
+    @staticmethod
+    def can_measure(device: torch.device) -> bool:
+        return device.type == "cuda" or ProfilerMeter.available()
+
+    def forward(
+        self,
+        key: object,
+        name: str,
+        args: Sequence[Any],
+        run: Callable[..., Any],
+        recorded: PlanMemory | None,
+    ) -> Any:
+        """Run ``run(*args)``, one call of graph ``key``, and mark its phases.
+        ``recorded``: the memory of the provisional plan it runs (None: its final plan)."""
+        if key not in self.graphs:
+            self.graphs.append(key)
+            self.names.append(name)
+        inputs = tuple(self._boundary(a) for a in args)
+        if not self.calls:
+            self._note_prologue(args)
+        call = len(self.calls)
+        self.calls.append(Call(self.graphs.index(key), recorded is not None, inputs, recorded))
+        self._mark(EventKind.FORWARD_START, call)
+        outputs = run(*args)
+        self._mark(EventKind.FORWARD_END, call)
+        node = _backward_node(outputs)
+        if node is None:  # nothing to differentiate: its memory is measured like eager code
+            self.calls[call] = Call(self.calls[call].graph, False, inputs, None)
+        else:
+            node.register_prehook(lambda grads: self._backward_start(call))
+            node.register_hook(lambda grads_in, grads_out: self._mark(EventKind.BACKWARD_END, call))
+        return outputs
+
+    def _backward_start(self, call: int) -> None:
+        self.backward_started = True
+        self._mark(EventKind.BACKWARD_START, call)
+
+    def _backward_returned(self) -> None:
+        """The step ends when the backward pass that ran the recorded graphs' backward
+        returns to its caller (a backward pass through other code goes on recording)."""
+        if self.backward_started and not self.ended:
+            self._end()
+
+    def _mark(self, kind: EventKind, call: int) -> None:
+        if self.ended:
+            return
+        if not self.marks:
+            self.watch.install()
+        self.meter.mark()
+        dead = frozenset(i for i, ref in enumerate(self.tensors) if ref() is None)
+        self.marks.append((kind, call, dead))
+
+    def _end(self) -> None:
+        self._mark(EventKind.END, -1)
+        self.ended = True
+        self.watch.remove()
+        points = self.meter.stop()
+        prologue = self._prologue_bytes()
+        events = tuple(
+            Event(kind, call, level + prologue, peak + prologue, dead)
+            for (kind, call, dead), (level, peak) in zip(self.marks, points, strict=True)
+        )
+        recording = StepRecording(
+            graphs=tuple(self.names),
+            calls=tuple(self.calls),
+            events=events,
+            boundaries=tuple(self.sizes),
+            prologue_bytes=prologue,
+            device=self.device.type,
+        )
+        self.on_end(recording)
+
+    def _boundary(self, value: object) -> int | None:
+        """The boundary index of a tensor argument (the same tensor, the same index)."""
+        if not isinstance(value, torch.Tensor):
+            return None
+        known = self.index.get(id(value))
+        if known is not None and self.tensors[known]() is value:
+            return known
+        self.index[id(value)] = len(self.tensors)
+        self.tensors.append(weakref.ref(value))
+        self.sizes.append(value.untyped_storage().nbytes())
+        return len(self.tensors) - 1
+
+    def _note_prologue(self, args: Sequence[Any]) -> None:
+        """What the step held before its first graph ran: the first graph's activation
+        inputs (tensors autograd made this step, or that die with it; not the parameters,
+        buffers and batch, which outlive it)."""
+        seen: set[int] = set()
+        for value in args:
+            if not isinstance(value, torch.Tensor) or isinstance(value, torch.nn.Parameter):
+                continue
+            storage = value.untyped_storage()
+            if storage.data_ptr() in seen or (value.is_leaf and value.requires_grad):
+                continue
+            seen.add(storage.data_ptr())
+            self.prologue.append((storage.nbytes(), weakref.ref(value), value.grad_fn is not None))
+
+    def _prologue_bytes(self) -> int:
+        return sum(size for size, ref, made in self.prologue if made or ref() is None)
+
+
+def _backward_node(outputs: object) -> Any:
+    """The call's ``CompiledFunctionBackward`` node: on an output, or one step behind a
+    view AOTAutograd regenerated."""
+    tensors = [
+        o
+        for o in (outputs if isinstance(outputs, list | tuple) else (outputs,))
+        if isinstance(o, torch.Tensor)
+    ]
+    for tensor in tensors:
+        node = tensor.grad_fn
+        if node is not None and "CompiledFunction" in type(node).__name__:
+            return node
+    for tensor in tensors:
+        node = tensor.grad_fn
+        for inner, _ in getattr(node, "next_functions", ()) if node is not None else ():
+            if inner is not None and "CompiledFunction" in type(inner).__name__:
+                return inner
+    return None

@@ -1,0 +1,164 @@
+"""The step's report: its graphs in step order, the plan each got, and the step's peak.
+
+One per planned step, published once beside the per-graph reports: a summary line at
+INFO and the table at DEBUG on logger ``recompute_pass``, the JSON as a structured-trace
+artifact (``recompute_pass_step_report``), and into ``capture_reports()``'s ``steps``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from recompute_pass import torch_internals as ti
+from recompute_pass.report import publish_step_to_captures
+from recompute_pass.step.recording import StepRecording
+from recompute_pass.step.solve import StepChoice
+
+log = logging.getLogger("recompute_pass.step")
+
+TRACE_ARTIFACT = "recompute_pass_step_report"
+
+
+@dataclass(frozen=True)
+class StepGraphLine:
+    name: str
+    runs: int  # calls in the step
+    planned: bool  # False: its plan was fixed before this step (compiled earlier)
+    saved_bytes: int | None  # held from its forward to its backward, per run
+    recompute_flops: int | None  # per run
+    own_peak_bytes: int | None  # the graph's own predicted peak under the plan, alone
+    plans: int  # plans of its front
+
+
+@dataclass(frozen=True)
+class StepReport:
+    graphs: tuple[StepGraphLine, ...]
+    calls: int
+    budget_ratio: float | None  # None: a cap
+    budget_bytes: int
+    lowest_bytes: int | None  # the step's lowest predicted peak over the choices searched
+    fastest_bytes: int  # the fastest choice's step peak
+    predicted_peak_bytes: int
+    peak_at: str  # where: graph and phase, or between graphs
+    estimated_overhead: float  # seconds per step, over the fastest plans
+    prologue_bytes: int
+    choices_searched: int
+    exhaustive: bool
+    device: str
+    notes: tuple[str, ...] = ()
+    planning_seconds: float = 0.0
+    compile_seconds: float = 0.0
+
+    def timed(self, *, planning: float) -> StepReport:
+        return dataclasses.replace(self, planning_seconds=planning)
+
+    def summary(self) -> str:
+        budget = f"ratio {self.budget_ratio}" if self.budget_ratio is not None else "cap"
+        return (
+            f"recompute_pass step: {len(self.graphs)} graphs, {self.calls} runs; predicted peak "
+            f"{self.predicted_peak_bytes:,} B at {self.peak_at}; budget {budget} -> {self.budget_bytes:,} B"
+        )
+
+    def to_text(self) -> str:
+        low = "?" if self.lowest_bytes is None else f"{self.lowest_bytes:,}"
+        budget = f"ratio {self.budget_ratio}" if self.budget_ratio is not None else "cap"
+        lines = [
+            f"step: {len(self.graphs)} compiled graphs, {self.calls} runs, device {self.device}",
+            f"budget: {budget} -> {self.budget_bytes:,} B (step range {low}..{self.fastest_bytes:,} B)",
+            f"predicted peak: {self.predicted_peak_bytes:,} B ({self.peak_at})",
+            f"est. overhead: {self.estimated_overhead * 1e3:.3g} ms per step",
+            f"held before the first graph: {self.prologue_bytes:,} B",
+            f"searched: {self.choices_searched} choices{'' if self.exhaustive else ' (local search)'}",
+            "graphs, in step order:",
+        ]
+        header = ("graph", "runs", "saved/run", "recompute FLOP/run", "own peak", "plans")
+        rows = [header]
+        for g in self.graphs:
+            rows.append(
+                (
+                    g.name + ("" if g.planned else " (fixed)"),
+                    str(g.runs),
+                    _bytes(g.saved_bytes),
+                    _bytes(g.recompute_flops),
+                    _bytes(g.own_peak_bytes),
+                    str(g.plans),
+                )
+            )
+        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+        for row in rows:
+            lines.append(
+                "  "
+                + "  ".join(
+                    c.ljust(w) if i == 0 else c.rjust(w)
+                    for i, (c, w) in enumerate(zip(row, widths, strict=True))
+                )
+            )
+        lines += [f"note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+
+def _bytes(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def build_step_report(
+    recording: StepRecording,
+    graphs: Sequence[Any],
+    fronts: Mapping[str, Any],
+    choice: StepChoice,
+    options: Any,
+) -> StepReport:
+    lines = []
+    for index, graph in enumerate(graphs):
+        plan_index = choice.choice[index]
+        found = fronts.get(graph.key)
+        chosen = found.plans[plan_index] if found is not None and plan_index is not None else None
+        lines.append(
+            StepGraphLine(
+                name=graph.name,
+                runs=recording.multiplicity(index),
+                planned=chosen is not None,
+                saved_bytes=chosen.memory.held if chosen else None,
+                recompute_flops=chosen.recompute_flops if chosen else None,
+                own_peak_bytes=chosen.own_peak if chosen else None,
+                plans=len(found.plans) if found is not None else 0,
+            )
+        )
+    fastest_cost = sum(
+        recording.multiplicity(i) * min(p.memory.cost for p in fronts[g.key].plans)
+        for i, g in enumerate(graphs)
+        if choice.choice[i] is not None
+    )
+    return StepReport(
+        graphs=tuple(lines),
+        calls=len(recording.calls),
+        budget_ratio=None if options.peak_memory_bytes is not None else options.memory_budget,
+        budget_bytes=choice.budget,
+        lowest_bytes=choice.lowest,
+        fastest_bytes=choice.fastest,
+        predicted_peak_bytes=choice.peak.bytes,
+        peak_at=choice.peak.describe(recording),
+        estimated_overhead=max(0.0, choice.cost - fastest_cost),
+        prologue_bytes=recording.prologue_bytes,
+        choices_searched=choice.searched,
+        exhaustive=choice.exhaustive,
+        device=recording.device,
+        notes=choice.notes,
+        compile_seconds=sum(getattr(g, "compile_seconds", 0.0) for g in graphs),
+    )
+
+
+def publish_step(report: StepReport) -> None:
+    ti.trace_artifact(TRACE_ARTIFACT, report.to_json)
+    log.info(report.summary())
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("recompute_pass step plan:\n%s", report.to_text())
+    publish_step_to_captures(report)

@@ -1,0 +1,173 @@
+"""The running step, as the step planner watches it: the autograd engine's end-of-pass
+callback, a CPU memory profile with marks, and Dynamo's compile contexts kept for a
+compile after the backend returned."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+
+import torch
+from torch._functorch import config as _functorch_config
+from torch._guards import CompileContext, TracingContext, compile_context, tracing
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.profiler import ProfilerActivity, profile, record_function
+
+__all__ = [
+    "BackwardWatch",
+    "CompileContexts",
+    "MemoryProfile",
+    "after_backward",
+    "backward_compiled_with_forward",
+    "fake_inputs",
+    "profiler_enabled",
+    "queue_engine_callback",
+]
+
+_MARK = "recompute_pass.step.mark."
+
+
+def profiler_enabled() -> bool:
+    """Whether a profiler runs on this thread (only one may)."""
+    return bool(torch.autograd.profiler._is_profiler_enabled)
+
+
+def queue_engine_callback(callback: Callable[[], None]) -> None:
+    """Run ``callback`` when the running backward pass ends (call it inside a backward hook)."""
+    torch.autograd.Variable._execution_engine.queue_callback(callback)
+
+
+class BackwardWatch:
+    """``on_return()`` runs each time an outermost backward pass (``backward()``,
+    ``autograd.grad``) returns to its caller, while installed: on the caller's own thread,
+    outside the autograd engine. (A profiler stopped inside the engine, in a final
+    callback, stays enabled for the caller's thread: the engine restores the thread-local
+    state it started from.)"""
+
+    def __init__(self, on_return: Callable[[], None]) -> None:
+        self.on_return = on_return
+        self.depth = 0
+        self.original: Callable[..., object] | None = None
+
+    def install(self) -> None:
+        if self.original is None:
+            self.original = torch.autograd._engine_run_backward
+            torch.autograd._engine_run_backward = self._run
+
+    def remove(self) -> None:
+        if self.original is not None and torch.autograd._engine_run_backward == self._run:
+            torch.autograd._engine_run_backward = self.original
+        self.original = None
+
+    def _run(self, *args: object, **kwargs: object) -> object:
+        assert self.original is not None
+        self.depth += 1
+        try:
+            result = self.original(*args, **kwargs)
+        finally:
+            self.depth -= 1
+        if self.depth == 0:
+            self.on_return()
+        return result
+
+
+def after_backward(outputs: object, callback: Callable[[], None]) -> None:
+    """Run ``callback`` when a backward pass through ``outputs`` ends."""
+    node = next((t.grad_fn for t in _tensors(outputs) if t.grad_fn is not None), None)
+    if node is not None:
+        node.register_prehook(lambda grads: queue_engine_callback(callback))
+
+
+def _tensors(outputs: object) -> list[torch.Tensor]:
+    values = outputs if isinstance(outputs, list | tuple) else (outputs,)
+    return [v for v in values if isinstance(v, torch.Tensor)]
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Kineto writes a line to stderr when a profiler starts and stops (``USDT: ...
+    profiler_start``), whatever its log level once initialised; a library must print
+    nothing, so file descriptors 1 and 2 point to /dev/null for those calls."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        for fd, copy in zip((1, 2), saved, strict=True):
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
+class MemoryProfile:
+    """A CPU memory profile of part of a step, with numbered marks."""
+
+    def __init__(self, session: profile) -> None:
+        self.session = session
+
+    @staticmethod
+    def start() -> MemoryProfile:
+        session = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        before = torch.empty(64, dtype=torch.uint8)  # a block allocated before the profile
+        with _quiet():
+            session.__enter__()
+            # Freeing it draws, here and unseen, the CPU allocator's once-per-process
+            # warning about such blocks, which a step's frees would otherwise print.
+            del before
+        return MemoryProfile(session)
+
+    def mark(self, index: int) -> None:
+        with record_function(f"{_MARK}{index}"):
+            pass
+
+    def stop(self) -> tuple[list[int], list[tuple[int, int]]]:
+        """Each mark's time, in mark order, and (time, bytes) of each CPU allocation
+        (negative: a free)."""
+        with _quiet():
+            self.session.__exit__(None, None, None)
+        events = self.session.profiler.kineto_results.events()  # type: ignore[union-attr]
+        marks = {int(e.name()[len(_MARK) :]): e.start_ns() for e in events if e.name().startswith(_MARK)}
+        allocations = [
+            (e.start_ns(), e.nbytes())
+            for e in events
+            if e.name() == "[memory]" and e.device_type().name == "CPU"
+        ]
+        return [marks[i] for i in sorted(marks)], allocations
+
+
+class CompileContexts:
+    """Dynamo's tracing and compile contexts of a graph, kept while its backend runs and
+    restored for a compile after it returned (as AOTAutograd's lazy backward compile
+    does): the fake mode its inputs live in, its shape environment, its compile id."""
+
+    def __init__(self, tracing_context: TracingContext | None, compile: CompileContext | None) -> None:
+        self.tracing = tracing_context
+        self.compile = compile
+
+    @staticmethod
+    def current() -> CompileContexts:
+        return CompileContexts(TracingContext.try_get(), CompileContext.try_get())
+
+    @contextlib.contextmanager
+    def restored(self) -> Iterator[None]:
+        with tracing(self.tracing), compile_context(self.compile):
+            yield
+
+
+def fake_inputs(inputs: Sequence[object]) -> list[object]:
+    """The inputs as fake tensors of the compile's fake mode (those Dynamo made for them):
+    a compile after the step needs their metadata, not the step's activations."""
+    context = TracingContext.try_get()
+    mode = context.fake_mode if context is not None and context.fake_mode is not None else FakeTensorMode()
+    return [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def backward_compiled_with_forward() -> contextlib.AbstractContextManager[None]:
+    """AOTAutograd compiles the backward with the forward, not at the first backward: a
+    compile inside a recorded step would be counted as the step's memory."""
+    return _functorch_config.patch(force_non_lazy_backward_lowering=True)
