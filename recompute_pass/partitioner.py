@@ -14,7 +14,7 @@ import functools
 import hashlib
 import logging
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -175,11 +175,12 @@ def partition(
     options: RecomputeOptions,
     compiler: str | None = None,
     plan: FixedPlan | None = None,
+    chosen: Callable[[Costed, Plan], None] | None = None,
 ) -> tuple[fx.GraphModule, fx.GraphModule, PartitionReport]:
     """``compiler="inductor"`` when Inductor will compile the result (it changes what a
     saved parameter costs); ``None`` when the graphs run as they are. ``plan``: partition
     under that plan instead of choosing one (a plan it names that this graph lacks is an
-    error)."""
+    error). ``chosen``: told the plan used (the step's planner keeps it)."""
     priced = price(
         module,
         num_fwd_outputs=num_fwd_outputs,
@@ -216,6 +217,8 @@ def partition(
     if planner is not None and synced.decision.plan != decision.plan:
         realized.pop(synced.decision.plan, None)  # a composed peak: lowered whole below
     decision = synced.decision
+    if chosen is not None:
+        chosen(costed, decision.plan)
     composed_peak = planner is not None and decision.plan in realized  # else lowered whole below
     if decision.plan not in realized:
         realized[decision.plan] = realize(costed, decision.plan, inductor=inductor, plan_sizes=sizes)
@@ -233,19 +236,24 @@ def partition(
     return result.forward, result.backward, report
 
 
-def fixed_decision(costed: Costed, plan: FixedPlan, options: RecomputeOptions) -> Decision:
-    """``plan`` on this graph, checked like a solver's plan."""
-    keys = item_keys(costed)
-    index = {key: i for i, key in enumerate(keys)}
-    missing = sorted(k for k in (*plan.saved, *plan.recomputed) if k not in index)
+def named_plan(costed: Costed, saved: Sequence[str], recomputed: Sequence[str]) -> Plan:
+    """The plan that saves and recomputes these items (``plan_sync.item_keys`` names) of
+    this graph, checked like a solver's plan."""
+    index = {key: i for i, key in enumerate(item_keys(costed))}
+    missing = sorted(k for k in (*saved, *recomputed) if k not in index)
     if missing:
-        raise ValueError(f"the graph lacks values the step's plan names: {missing[:5]}")
-    chosen = Plan(frozenset(index[k] for k in plan.saved), frozenset(index[k] for k in plan.recomputed))
-    violations = chosen.violations(costed.problem)
+        raise ValueError(f"the graph lacks values the plan names: {missing[:5]}")
+    plan = Plan(frozenset(index[k] for k in saved), frozenset(index[k] for k in recomputed))
+    violations = plan.violations(costed.problem)
     if violations:
-        raise ValueError(f"the step's plan is invalid on this graph: {violations[:5]}")
+        raise ValueError(f"the plan is invalid on this graph: {violations[:5]}")
+    return plan
+
+
+def fixed_decision(costed: Costed, plan: FixedPlan, options: RecomputeOptions) -> Decision:
+    """``plan`` on this graph, as a decision the report can tell."""
     return Decision(
-        plan=chosen,
+        plan=named_plan(costed, plan.saved, plan.recomputed),
         solver="step",
         optimal=False,
         notes=(plan.note,),
@@ -309,6 +317,7 @@ class RecomputePartitioner(ti.CustomPartitionerFn):
     """Plugs into Inductor as ``custom_partitioner_fn``, or into ``aot_autograd`` as ``partition_fn``."""
 
     plan: FixedPlan | None = None  # chosen for the step (``recompute_pass.step``), or chosen here
+    chosen: Callable[[Costed, Plan], None] | None = None  # told the plan each partition uses
 
     def __init__(self, options: RecomputeOptions, *, plan: FixedPlan | None = None) -> None:
         self.options = options
@@ -339,6 +348,7 @@ class RecomputePartitioner(ti.CustomPartitionerFn):
                 options=self.options,
                 compiler=kwargs.get("compiler"),
                 plan=self.plan,
+                chosen=self.chosen,
             )
         except (RegionBudgetError, PlanSyncError):
             raise

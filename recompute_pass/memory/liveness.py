@@ -319,6 +319,13 @@ def _aliases_input(node: fx.Node, kind: Callable[[fx.Node], OpKind]) -> bool:
     return kind(node) is OpKind.VIEW or ti.returns_an_alias(node.target)
 
 
+def storage_base(node: fx.Node) -> fx.Node:
+    """The node whose storage ``node`` shares, through views and in-place ops (itself if none)."""
+    while node.op == "call_function" and node.all_input_nodes and _aliases_input(node, classify):
+        node = node.all_input_nodes[0]
+    return node
+
+
 def _storages(nodes: Sequence[fx.Node], facts: NodeFacts) -> dict[fx.Node, fx.Node]:
     """Each node's storage owner: itself, or (through views) the value it aliases, which
     may come from an earlier phase."""

@@ -11,8 +11,10 @@ excursion (``PlanMemory``). So:
     peak(phase of call c) = level(start) + excursion of c's plan
     peak(gap) = recorded peak of the gap + sum of the open calls' extra
 
-An input the recorded plan saved and the chosen plan does not is counted as still held
-(nothing is credited for it): whether something else holds it is not known, so the
+Tensors crossing graph boundaries are followed too: an input or output the chosen plan
+saves, which the recording saw die, is held on; an output only the recorded plan saved,
+dead but for that, is let go. An input the recorded plan saved and the chosen plan does
+not is counted as still held (whether something else holds it is not known), so the
 prediction stays an upper bound there.
 """
 
@@ -68,7 +70,12 @@ def compose(recording: StepRecording, plans: Sequence[PlanMemory | None]) -> Ste
             assert previous is not None
             plan = plans[calls[own].graph]
             assert plan is not None
-            rise = plan.forward_peak if event.kind is EventKind.FORWARD_END else plan.backward_peak
+            call = calls[own]
+            rise = (
+                plan.forward_peak
+                if event.kind is EventKind.FORWARD_END
+                else plan.backward_peak + call.made_gradients
+            )
             start = previous.level + _shift(opened, previous.dead, plans, recording)
             peak = StepPeak(start + rise, index, phase, own)
         else:
@@ -106,12 +113,21 @@ def _own_phase(previous: Event | None, event: Event, calls: Sequence[Call]) -> i
 
 def _extra(call: Call, plan: PlanMemory | None, dead: frozenset[int], recording: StepRecording) -> int:
     """What ``plan`` holds at ``event`` beyond what the recorded plan held: its saved bytes'
-    difference, and the inputs it saves (that the recorded plan did not) once they died."""
+    difference; the inputs and outputs it saves (the recorded plan did not) once the
+    recording saw them die; less the outputs the recorded plan alone saved, once dead
+    but for that (an output saved by its own graph does not keep its Python object
+    alive, so its death is seen; an input's is not, and nothing is credited for it)."""
     recorded = call.recorded
     assert plan is not None and recorded is not None
+    boundaries = recording.boundaries
+
+    def dead_bytes(positions: frozenset[int], tensors: tuple[int | None, ...]) -> int:
+        found = (tensors[k] for k in positions if k < len(tensors))
+        return sum(boundaries[t] for t in found if t is not None and t in dead)
+
     added = plan.held - recorded.held
-    for position in plan.saved_inputs - recorded.saved_inputs:
-        tensor = call.inputs[position] if position < len(call.inputs) else None
-        if tensor is not None and tensor in dead:
-            added += recording.boundaries[tensor]
+    added += dead_bytes(plan.saved_inputs - recorded.saved_inputs, call.inputs)
+    if len(call.outputs) == plan.outputs == recorded.outputs:  # else its outputs are not the user's alone
+        added += dead_bytes(plan.saved_outputs - recorded.saved_outputs, call.outputs)
+        added -= dead_bytes(recorded.saved_outputs - plan.saved_outputs, call.outputs)
     return added

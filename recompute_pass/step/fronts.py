@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from torch import fx
+
 from recompute_pass import torch_internals as ti
-from recompute_pass.memory.liveness import PeakEstimate
-from recompute_pass.partitioner import Priced
+from recompute_pass.memory.liveness import PeakEstimate, storage_base
+from recompute_pass.partitioner import Priced, named_plan
 from recompute_pass.plan_sync import item_keys
 from recompute_pass.realization import PlanNodes
 from recompute_pass.search.peak_budget import segment_plans
@@ -52,14 +54,13 @@ class GraphFront:
     plans: tuple[FrontPlan, ...]
     searched: int  # plans of the family estimated
     seconds: float
+    current: int | None = None  # the plan its compiled graphs run already, if any
 
     def memories(self) -> tuple[PlanMemory, ...]:
         return tuple(p.memory for p in self.plans)
 
 
-def plan_memory(
-    estimate: PeakEstimate, *, cost: float, saved_inputs: frozenset[int], exact: bool
-) -> PlanMemory:
+def plan_memory(estimate: PeakEstimate, *, cost: float, saved: Boundaries, exact: bool) -> PlanMemory:
     """A plan's timeline (from the start of its forward, inputs not counted) as the step
     needs it: the forward's highest level, what the forward leaves held beyond the outputs
     the caller takes, and the backward's highest level above its start."""
@@ -75,30 +76,38 @@ def plan_memory(
         forward_peak=max(0, forward_peak),
         held=estimate.forward_end - estimate.caller_bytes,
         backward_peak=backward_peak,
-        saved_inputs=saved_inputs,
+        saved_inputs=saved.inputs,
+        saved_outputs=saved.outputs,
+        outputs=saved.count,
         exact=exact,
     )
 
 
-def front(priced: Priced) -> GraphFront:
-    """The graph's plans for the step (see the module docstring)."""
+def front(priced: Priced, current: tuple[Sequence[str], Sequence[str]] | None = None) -> GraphFront:
+    """The graph's plans for the step (see the module docstring). ``current``: the plan
+    (saved and recomputed names) its compiled graphs run already; it joins the front, so
+    that keeping it is a choice (``GraphFront.current``)."""
     start = time.perf_counter()
     costed = priced.costed
     problem = costed.problem
     scorer = priced.scorer({})
     frontier = hull(Relaxation.of(problem), deadline=time.monotonic() + priced.options.time_limit)
     family = list(dict.fromkeys([frontier[-1], *reversed(frontier[:-1]), *segment_plans(problem)]))
-    primals = _primal_positions(priced)
-    estimated = {
-        plan: plan_memory(
-            scorer.estimated(plan),
-            cost=plan.cost(problem),
-            saved_inputs=_saved_inputs(plan, priced, primals),
-            exact=scorer.walked,
-        )
-        for plan in family
-    }
-    chosen = select(estimated, MAX_EXACT)
+    running = named_plan(costed, *current) if current is not None else None
+    joint = costed.joint
+    primals = [n for n in joint.module.graph.nodes if ti.is_primal(n)]
+    (output,) = joint.module.graph.find_nodes(op="output")
+    users = list(output.args[0][: joint.num_fwd_outputs])
+    everything = [*family, running] if running is not None and running not in family else family
+    saved = {plan: Boundaries.of(PlanNodes.of(costed, plan).saved, primals, users) for plan in everything}
+
+    def memory_of(plan: Plan, estimate: PeakEstimate, exact: bool) -> PlanMemory:
+        return plan_memory(estimate, cost=plan.cost(problem), saved=saved[plan], exact=exact)
+
+    estimated = {plan: memory_of(plan, scorer.estimated(plan), scorer.walked) for plan in everything}
+    chosen = select({p: estimated[p] for p in family}, MAX_EXACT)
+    if running is not None and running not in chosen:
+        chosen.append(running)
     keys = item_keys(costed)
     plans = []
     for plan in chosen:
@@ -106,10 +115,7 @@ def front(priced: Priced) -> GraphFront:
             memory, own = estimated[plan], scorer.estimate(plan)
         else:
             peak = scorer.realize(plan)[1]
-            memory = plan_memory(
-                peak, cost=plan.cost(problem), saved_inputs=estimated[plan].saved_inputs, exact=True
-            )
-            own = peak.peak_bytes
+            memory, own = memory_of(plan, peak, True), peak.peak_bytes
         plans.append(
             FrontPlan(
                 memory=memory,
@@ -119,7 +125,8 @@ def front(priced: Priced) -> GraphFront:
                 recompute_flops=sum(costed.flops[i] for i in plan.recomputed if i < len(costed.flops)),
             )
         )
-    return GraphFront(tuple(plans), len(family), time.perf_counter() - start)
+    index = chosen.index(running) if running is not None else None
+    return GraphFront(tuple(plans), len(family), time.perf_counter() - start, index)
 
 
 def select(estimated: dict[Plan, PlanMemory], limit: int) -> list[Plan]:
@@ -147,13 +154,25 @@ def _beats(a: Sequence[float], b: Sequence[float]) -> bool:
     return all(x <= y for x, y in zip(a, b, strict=True)) and any(x < y for x, y in zip(a, b, strict=True))
 
 
-def _primal_positions(priced: Priced) -> dict[object, int]:
-    primals = [n for n in priced.costed.joint.module.graph.nodes if ti.is_primal(n)]
-    return {node: i for i, node in enumerate(primals)}
+@dataclass(frozen=True)
+class Boundaries:
+    """Which of a graph's inputs and user outputs a plan keeps the storage of."""
 
+    inputs: frozenset[int]
+    outputs: frozenset[int]
+    count: int  # user outputs
 
-def _saved_inputs(plan: Plan, priced: Priced, primals: dict[object, int]) -> frozenset[int]:
-    """The positions of the graph's inputs the plan saves (the joint's primals are the
-    compiled graph's inputs, in order)."""
-    nodes = PlanNodes.of(priced.costed, plan)
-    return frozenset(primals[n] for n in nodes.saved if n in primals)
+    @staticmethod
+    def of(saved: Iterable[fx.Node], inputs: Sequence[fx.Node], outputs: Sequence[object]) -> Boundaries:
+        """``saved``: the values the plan saves; ``inputs``: the graph's inputs in order;
+        ``outputs``: its user outputs in order (through views both ways)."""
+        bases = {storage_base(node) for node in saved}
+        return Boundaries(
+            inputs=frozenset(i for i, node in enumerate(inputs) if node in bases),
+            outputs=frozenset(
+                k
+                for k, value in enumerate(outputs)
+                if isinstance(value, fx.Node) and storage_base(value) in bases
+            ),
+            count=len(outputs),
+        )

@@ -32,12 +32,14 @@ from torch import fx
 
 from recompute_pass import torch_internals as ti
 from recompute_pass.capture import CapturedStep, capture_compiled
+from recompute_pass.graph.costing import Costed
 from recompute_pass.graph.plan_sizes import planned_hints
 from recompute_pass.memory import liveness
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.partitioner import FixedPlan, RecomputePartitioner, partition
-from recompute_pass.plan_sync import graph_digest
-from recompute_pass.step.fronts import plan_memory
+from recompute_pass.plan_sync import graph_digest, item_keys
+from recompute_pass.solver.problem import Plan
+from recompute_pass.step.fronts import Boundaries, plan_memory
 from recompute_pass.step.recording import PlanMemory
 
 log = logging.getLogger(__name__)
@@ -75,7 +77,10 @@ class StepGraph:
         self.joint: CapturedStep | None = None
         self.recorded: PlanMemory | None = None  # the provisional plan's memory
         self.compiled: Callable[..., Any] | None = None
-        self.plan: FixedPlan | None = None
+        self.plan: FixedPlan | None = None  # the step's plan, once chosen
+        self.current: tuple[tuple[str, ...], tuple[str, ...]] | None = None  # what its graphs run
+        (output,) = gm.graph.find_nodes(op="output")
+        self.output_names = tuple(getattr(v, "name", "") for v in _flat(output.args[0]))
         self.compile_seconds = 0.0
         start = time.perf_counter()
         if follows_autograd(example_inputs):
@@ -162,6 +167,14 @@ class StepPartitioner(RecomputePartitioner):
     def __init__(self, graph: StepGraph, plan: FixedPlan | None) -> None:
         super().__init__(graph.options, plan=plan)
         self.graph = graph
+        self.chosen = self._keep
+
+    def _keep(self, costed: Costed, plan: Plan) -> None:
+        keys = item_keys(costed)
+        self.graph.current = (
+            tuple(sorted(keys[i] for i in plan.saved)),
+            tuple(sorted(keys[i] for i in plan.recomputed)),
+        )
 
     def __deepcopy__(self, memo: dict[int, object]) -> StepPartitioner:
         """Inductor copies its config (this among it) for repro strings; the graph it
@@ -187,10 +200,15 @@ def provisional_memory(forward: fx.GraphModule, backward: fx.GraphModule, users:
     """The provisional plan's memory, from its graphs walked as they run (no codegen)."""
     hints = planned_hints(forward.graph, {})
     estimate = liveness.predict_peak(forward, backward, num_user_outputs=users, hints=hints)
-    placeholders = {node: i for i, node in enumerate(forward.graph.find_nodes(op="placeholder"))}
     (output,) = forward.graph.find_nodes(op="output")
-    saved = {placeholders[v] for v in output.args[0][users:] if v in placeholders}
-    return plan_memory(estimate, cost=0.0, saved_inputs=frozenset(saved), exact=True)
+    values = list(output.args[0])
+    inputs = list(forward.graph.find_nodes(op="placeholder"))
+    saved = Boundaries.of([v for v in values[users:] if isinstance(v, fx.Node)], inputs, values[:users])
+    return plan_memory(estimate, cost=0.0, saved=saved, exact=True)
+
+
+def _flat(value: object) -> tuple[object, ...]:
+    return tuple(value) if isinstance(value, list | tuple) else (value,)
 
 
 def _copy(gm: fx.GraphModule) -> fx.GraphModule:

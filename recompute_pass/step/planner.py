@@ -31,6 +31,7 @@ import torch
 
 from recompute_pass import torch_internals as ti
 from recompute_pass.partitioner import FixedPlan
+from recompute_pass.step.compose import compose
 from recompute_pass.step.fronts import GraphFront, front
 from recompute_pass.step.graphs import StepGraph
 from recompute_pass.step.recorder import Recorder
@@ -43,6 +44,9 @@ log = logging.getLogger(__name__)
 # Steps a waiting graph runs provisionally, unrecorded (a profiler of the user's was
 # running), before it is planned alone.
 MAX_WAITS = 3
+# Calls a recorded step may make before it is taken for one whose backward never comes
+# (forward passes without backward: an evaluation under grad mode, an error).
+MAX_CALLS = 4096
 
 
 class StepPlanner:
@@ -51,6 +55,7 @@ class StepPlanner:
         self.recorder: Recorder | None = None
         self.armed = True  # the next call starts a step
         self.waits = 0
+        self.last: tuple[StepRecording, StepChoice, list] | None = None  # the last plan, for inspection
 
     @property
     def recording(self) -> bool:
@@ -64,6 +69,11 @@ class StepPlanner:
         if self.recorder is None and self.armed and len(self.waiting) > 0:
             self._start(args)
         recorder = self.recorder
+        if recorder is not None and len(recorder.calls) >= MAX_CALLS:
+            recorder.abort()
+            self.recorder = None
+            self._give_up(f"no backward came in {MAX_CALLS} calls of the recorded step")
+            recorder = None
         if recorder is not None and not recorder.ended:
             recorded = graph.recorded if graph.is_provisional else None
             return recorder.forward(graph, graph.name, args, graph.run(), recorded)
@@ -86,23 +96,41 @@ class StepPlanner:
             if self.waits < MAX_WAITS:
                 log.info("recompute_pass: a profiler is running; the step is recorded at the next one")
                 return
-            log.warning(
-                "recompute_pass: no step could be recorded in %d steps (a profiler of yours was running "
-                "each time); each graph is planned alone, and a peak cap holds per graph only",
-                MAX_WAITS,
-            )
-            for graph in list(self.waiting):
-                if graph.is_provisional:
-                    graph.finish(None)
-                graph.recorded_once = True
-            self.waiting.clear()
+            self._give_up(f"a profiler of yours ran in each of {MAX_WAITS} steps")
             return
         self.waits = 0
         self.recorder = Recorder(device, self._ended)
 
+    def _give_up(self, why: str) -> None:
+        """Plan each waiting graph alone, as without a step: one warning."""
+        log.warning(
+            "recompute_pass: the step could not be recorded (%s); each graph is planned alone, "
+            "and a peak cap holds per graph only",
+            why,
+        )
+        for graph in list(self.waiting):
+            if graph.is_provisional:
+                graph.finish(None)
+            graph.recorded_once = True
+        self.waiting.clear()
+        self.armed = True
+
+    def reset(self) -> None:
+        """Forget the step being recorded and the graphs waiting (``torch.compiler.reset``
+        forgets the graphs themselves)."""
+        if self.recorder is not None:
+            self.recorder.abort()
+        self.__init__()  # type: ignore[misc]
+
     def _ended(self, recording: StepRecording) -> None:
         recorder, self.recorder = self.recorder, None
         assert recorder is not None
+        self.armed = True
+        if recording.compiles:  # a step that compiled: its levels are not the next steps'
+            log.info(
+                "recompute_pass: the recorded step compiled %d frames; recording the next", recording.compiles
+            )
+            return
         graphs: list[StepGraph] = list(recorder.graphs)  # type: ignore[arg-type]
         start = time.perf_counter()
         try:
@@ -118,36 +146,64 @@ class StepPlanner:
         for graph in graphs:
             graph.recorded_once = True
             self.waiting.discard(graph)
-        self.armed = True
         if report is not None:
             publish_step(report.timed(planning=time.perf_counter() - start))
 
     def _plan(self, recording: StepRecording, graphs: Sequence[StepGraph]) -> StepReport:
-        choosable = [
-            g
-            for index, g in enumerate(graphs)
-            if g.is_provisional and any(c.graph == index and c.provisional for c in recording.calls)
+        """One plan per graph for the step (the module docstring)."""
+        differentiated = [
+            any(c.graph == i and c.differentiated for c in recording.calls) for i in range(len(graphs))
         ]
-        for graph in graphs:  # provisional but never differentiated in the step: alone
-            if graph.is_provisional and graph not in choosable:
+        for graph, trained in zip(graphs, differentiated, strict=True):
+            if graph.is_provisional and not trained:  # never differentiated in the step: alone
                 graph.finish(None)
-        options = _step_options(choosable or graphs)
-        fronts: dict[str, GraphFront] = {}
-        for graph in choosable:
-            if graph.key not in fronts:
-                fronts[graph.key] = front(graph.captured().price(options))
-        memories = [fronts[g.key].memories() if g in choosable else None for g in graphs]
+        waiting = [
+            g for g, trained in zip(graphs, differentiated, strict=True) if g.is_provisional and trained
+        ]
+        options = _step_options(waiting or graphs)
         ratio = None if options.peak_memory_bytes is not None else options.memory_budget
+        fronts: dict[str, GraphFront] = {}
+
+        def front_of(graph: StepGraph) -> GraphFront:
+            if graph.key not in fronts:
+                current = None if graph.is_provisional else graph.current
+                fronts[graph.key] = front(graph.captured().price(options), current)
+            return fronts[graph.key]
+
+        for graph in waiting:
+            front_of(graph)
+        # Graphs compiled at once (a model whose first graph starts from the batch) run
+        # their own plans; they are planned again with the others, or where the cap fails.
+        compiled = [
+            g for g, trained in zip(graphs, differentiated, strict=True) if not g.is_provisional and trained
+        ]
+        replanned: list[StepGraph] = []
+        if compiled and not waiting and options.peak_memory_bytes is not None:
+            if compose(recording, [None] * len(graphs)).bytes > options.peak_memory_bytes:
+                replanned = [g for g in compiled if g.current is not None]
+        elif waiting:
+            replanned = [g for g in compiled if g.current is not None]
+        for graph in replanned:
+            found = front_of(graph)
+            assert found.current is not None
+            recording = recording.planned_under(graphs.index(graph), found.plans[found.current].memory)
+        chosen = [*waiting, *replanned]
+        memories = [front_of(g).memories() if g in chosen else None for g in graphs]
         choice = choose(recording, memories, ratio=ratio, cap=options.peak_memory_bytes)
+        self.last = (recording, choice, memories)
         for index, graph in enumerate(graphs):
             plan_index = choice.choice[index]
-            if graph in choosable and plan_index is not None:
-                chosen = fronts[graph.key].plans[plan_index]
-                graph.finish(_fixed(chosen.saved, chosen.recomputed, choice, options))
-        return build_step_report(recording, graphs, fronts, choice, options)
+            if graph not in chosen or plan_index is None:
+                continue
+            found = fronts[graph.key]
+            if graph in replanned and plan_index == found.current:
+                continue  # its compiled plan stays
+            plan = found.plans[plan_index]
+            graph.finish(_fixed(plan.saved, plan.recomputed, choice))
+        return build_step_report(recording, graphs, fronts, choice, options, chosen)
 
 
-def _fixed(saved: Sequence[str], recomputed: Sequence[str], choice: StepChoice, options: Any) -> FixedPlan:
+def _fixed(saved: Sequence[str], recomputed: Sequence[str], choice: StepChoice) -> FixedPlan:
     return FixedPlan(
         saved=tuple(saved),
         recomputed=tuple(recomputed),

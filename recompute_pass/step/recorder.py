@@ -11,6 +11,8 @@ recorder notes which boundary tensors have died. The result is plain data
 
 from __future__ import annotations
 
+import dataclasses
+import gc
 import logging
 import weakref
 from collections.abc import Callable, Sequence
@@ -43,6 +45,8 @@ class Recorder:
         self.backward_started = False
         self.ended = False
         self.watch = ti.BackwardWatch(self._backward_returned)
+        self.frames = 0
+        self.collecting = False
 
     @staticmethod
     def can_measure(device: torch.device) -> bool:
@@ -65,20 +69,28 @@ class Recorder:
         if not self.calls:
             self._note_prologue(args)
         call = len(self.calls)
-        self.calls.append(Call(self.graphs.index(key), recorded is not None, inputs, recorded))
+        graph = self.graphs.index(key)
+        self.calls.append(Call(graph, False, inputs, (), None))
         self._mark(EventKind.FORWARD_START, call)
         outputs = run(*args)
         self._mark(EventKind.FORWARD_END, call)
+        returned = tuple(self._boundary(o) for o in _flat(outputs))
         node = _backward_node(outputs)
-        if node is None:  # nothing to differentiate: its memory is measured like eager code
-            self.calls[call] = Call(self.calls[call].graph, False, inputs, None)
-        else:
-            node.register_prehook(lambda grads: self._backward_start(call))
+        # Without a backward its memory is measured like eager code's.
+        provisional = recorded is not None and node is not None
+        recorded = recorded if provisional else None
+        self.calls[call] = Call(graph, provisional, inputs, returned, recorded, node is not None)
+        if node is not None:
+            sizes = [_gradient_bytes(o) for o in _flat(outputs)]  # not the outputs: hooks must not hold them
+            node.register_prehook(lambda grads: self._backward_start(call, sizes, grads))
             node.register_hook(lambda grads_in, grads_out: self._mark(EventKind.BACKWARD_END, call))
         return outputs
 
-    def _backward_start(self, call: int) -> None:
+    def _backward_start(self, call: int, sizes: Sequence[int], grads: Sequence[object]) -> None:
         self.backward_started = True
+        made = sum(size for size, grad in zip(sizes, grads, strict=False) if grad is None)
+        if made:
+            self.calls[call] = dataclasses.replace(self.calls[call], made_gradients=made)
         self._mark(EventKind.BACKWARD_START, call)
 
     def _backward_returned(self) -> None:
@@ -92,14 +104,31 @@ class Recorder:
             return
         if not self.marks:
             self.watch.install()
+            self.frames = ti.frames_compiled()
+            # A collection inside the step frees garbage at a moment later steps need not
+            # repeat: the recording is of the step without one (its upper bound).
+            self.collecting = gc.isenabled()
+            gc.disable()
         self.meter.mark()
         dead = frozenset(i for i, ref in enumerate(self.tensors) if ref() is None)
         self.marks.append((kind, call, dead))
 
-    def _end(self) -> None:
-        self._mark(EventKind.END, -1)
+    def abort(self) -> None:
+        """Stop watching without a recording (a step that never ran its backward)."""
+        if not self.ended and self.marks:
+            self._release()
+            self.meter.stop()
+        self.ended = True
+
+    def _release(self) -> None:
         self.ended = True
         self.watch.remove()
+        if self.collecting:
+            gc.enable()
+
+    def _end(self) -> None:
+        self._mark(EventKind.END, -1)
+        self._release()
         points = self.meter.stop()
         prologue = self._prologue_bytes()
         events = tuple(
@@ -113,6 +142,7 @@ class Recorder:
             boundaries=tuple(self.sizes),
             prologue_bytes=prologue,
             device=self.device.type,
+            compiles=ti.frames_compiled() - self.frames,
         )
         self.on_end(recording)
 
@@ -146,14 +176,21 @@ class Recorder:
         return sum(size for size, ref, made in self.prologue if made or ref() is None)
 
 
+def _gradient_bytes(output: object) -> int:
+    """Bytes of the gradient an output would get (0: none, it needs no gradient)."""
+    if not isinstance(output, torch.Tensor) or not output.requires_grad:
+        return 0
+    return output.numel() * output.element_size()
+
+
+def _flat(outputs: object) -> tuple[object, ...]:
+    return tuple(outputs) if isinstance(outputs, list | tuple) else (outputs,)
+
+
 def _backward_node(outputs: object) -> Any:
     """The call's ``CompiledFunctionBackward`` node: on an output, or one step behind a
     view AOTAutograd regenerated."""
-    tensors = [
-        o
-        for o in (outputs if isinstance(outputs, list | tuple) else (outputs,))
-        if isinstance(o, torch.Tensor)
-    ]
+    tensors = [o for o in _flat(outputs) if isinstance(o, torch.Tensor)]
     for tensor in tensors:
         node = tensor.grad_fn
         if node is not None and "CompiledFunction" in type(node).__name__:

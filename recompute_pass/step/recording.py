@@ -18,6 +18,7 @@ and each plan's is predicted (``PlanMemory``). ``compose`` puts the two together
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 
@@ -35,8 +36,9 @@ class PlanMemory:
     ``held``: what the forward leaves allocated for its backward beyond its outputs (the
     saved activations, generator states); ``forward_peak``: the forward's highest level;
     ``backward_peak``: the backward's highest level above the level when it starts (which
-    already holds ``held`` and the incoming gradients); ``saved_inputs``: the positions of
-    the inputs it saves, which may otherwise have died; ``cost``: estimated overhead of
+    already holds ``held`` and the incoming gradients); ``saved_inputs`` and
+    ``saved_outputs``: the positions of the inputs and outputs whose storage it saves, which
+    it keeps alive while the caller may have let them go; ``cost``: estimated overhead of
     one call, seconds (recomputation and saved-tensor traffic)."""
 
     cost: float
@@ -44,6 +46,8 @@ class PlanMemory:
     held: int
     backward_peak: int
     saved_inputs: frozenset[int] = frozenset()
+    saved_outputs: frozenset[int] = frozenset()
+    outputs: int = 0  # the graph's user outputs (the positions ``saved_outputs`` counts in)
     exact: bool = True
 
 
@@ -73,7 +77,13 @@ class Call:
     graph: int  # index into ``StepRecording.graphs``
     provisional: bool
     inputs: tuple[int | None, ...]  # per input position, its boundary tensor (None: not tracked)
+    outputs: tuple[int | None, ...]  # per output position, likewise
     recorded: PlanMemory | None = None
+    differentiated: bool = True  # its backward ran in the step
+    # Bytes of the incoming gradients its backward makes itself: an output that received
+    # none (a KV cache) gets zeros from AOTAutograd inside the backward, where a plan's
+    # predicted backward counts every gradient as allocated when it starts.
+    made_gradients: int = 0
 
 
 @dataclass(frozen=True)
@@ -84,7 +94,33 @@ class StepRecording:
     boundaries: tuple[int, ...]  # bytes of each tensor crossing a graph boundary
     prologue_bytes: int = 0  # held before the first graph ran (estimated; in every level)
     device: str = "cpu"
+    # Frames Dynamo compiled during the step: compiling holds real tensors (example
+    # inputs, the frame's locals) that a step without it frees, so such a step's levels
+    # are not the steps' to come.
+    compiles: int = 0
 
     def multiplicity(self, graph: int) -> int:
         """How many times the graph ran in the step."""
         return sum(call.graph == graph for call in self.calls)
+
+    def planned_under(self, graph: int, memory: PlanMemory) -> StepRecording:
+        """The same step with ``graph``'s calls as if they had run ``memory``'s plan
+        provisionally: their phases are then predicted under whichever plan is composed."""
+        calls = tuple(
+            dataclasses.replace(c, provisional=True, recorded=memory)
+            if c.graph == graph and c.differentiated
+            else c
+            for c in self.calls
+        )
+        return dataclasses.replace(self, calls=calls)
+
+    def held_through(self) -> dict[tuple[int, int], int]:
+        """The outputs of calls still alive when the backward returned (held by the caller
+        through it: model outputs kept, a cache): (call, output position) -> bytes."""
+        end = self.events[-1].dead
+        return {
+            (index, position): self.boundaries[tensor]
+            for index, call in enumerate(self.calls)
+            for position, tensor in enumerate(call.outputs)
+            if tensor is not None and tensor not in end
+        }

@@ -115,28 +115,33 @@ def build_step_report(
     fronts: Mapping[str, Any],
     choice: StepChoice,
     options: Any,
+    planned: Sequence[Any],
 ) -> StepReport:
-    lines = []
+    """``graphs``: the step's (``graphs.StepGraph``), in the recording's order; ``planned``:
+    those whose plan the step chose (the others ran plans fixed before it)."""
+    lines, fastest_cost, chosen = [], 0.0, []
     for index, graph in enumerate(graphs):
-        plan_index = choice.choice[index]
-        found = fronts.get(graph.key)
-        chosen = found.plans[plan_index] if found is not None and plan_index is not None else None
+        found = fronts.get(graph.key) if graph in planned else None
+        plan = found.plans[choice.choice[index]] if found is not None else None
+        runs = recording.multiplicity(index)
+        if found is not None:
+            fastest_cost += runs * min(p.memory.cost for p in found.plans)
+        chosen.append(plan)
         lines.append(
             StepGraphLine(
                 name=graph.name,
-                runs=recording.multiplicity(index),
-                planned=chosen is not None,
-                saved_bytes=chosen.memory.held if chosen else None,
-                recompute_flops=chosen.recompute_flops if chosen else None,
-                own_peak_bytes=chosen.own_peak if chosen else None,
+                runs=runs,
+                planned=plan is not None,
+                saved_bytes=plan.memory.held if plan else None,
+                recompute_flops=plan.recompute_flops if plan else None,
+                own_peak_bytes=plan.own_peak if plan else None,
                 plans=len(found.plans) if found is not None else 0,
             )
         )
-    fastest_cost = sum(
-        recording.multiplicity(i) * min(p.memory.cost for p in fronts[g.key].plans)
-        for i, g in enumerate(graphs)
-        if choice.choice[i] is not None
-    )
+    held = _held_by_caller(recording, graphs, chosen)
+    notes = list(choice.notes)
+    if held:
+        notes.append(held)
     return StepReport(
         graphs=tuple(lines),
         calls=len(recording.calls),
@@ -151,8 +156,45 @@ def build_step_report(
         choices_searched=choice.searched,
         exhaustive=choice.exhaustive,
         device=recording.device,
-        notes=choice.notes,
-        compile_seconds=sum(getattr(g, "compile_seconds", 0.0) for g in graphs),
+        notes=tuple(notes),
+        compile_seconds=sum(graph.compile_seconds for graph in graphs),
+    )
+
+
+# Output names that say what is held, and the fix (the first match wins).
+_FIXES = (
+    (
+        ("key", "value", "cache", "past"),
+        "a KV cache: HF models return one in training unless use_cache=False",
+    ),
+    (("logits",), "the logits: keep the loss alone (drop the model's output object) before backward"),
+)
+
+
+def _held_by_caller(recording: StepRecording, graphs: Sequence[Any], chosen: Sequence[Any]) -> str:
+    """What the caller held through the backward that no gradient read: outputs alive
+    when the backward returned, which their graph's plan did not save."""
+    totals: dict[str, int] = {}
+    for (index, position), size in recording.held_through().items():
+        call = recording.calls[index]
+        plan = chosen[call.graph]
+        if plan is not None and position in plan.memory.saved_outputs:
+            continue
+        names = graphs[call.graph].output_names
+        name = names[position] if position < len(names) else f"output {position}"
+        if name == "loss" or size <= 4:  # the loss itself: what backward starts from
+            continue
+        totals[name] = totals.get(name, 0) + size
+    if not totals:
+        return ""
+    described = ", ".join(
+        f"{name} {size:,} B" for name, size in sorted(totals.items(), key=lambda kv: -kv[1])
+    )
+    fixes = sorted({fix for name in totals for words, fix in _FIXES if any(w in name.lower() for w in words)})
+    advice = "; ".join(fixes) if fixes else "drop them before backward if nothing needs them"
+    return (
+        f"held by the caller through the backward, read by no gradient: {sum(totals.values()):,} B "
+        f"({described}); {advice}"
     )
 
 

@@ -129,6 +129,7 @@ from recompute_pass.torch_internals.runtime import (
     after_backward,
     backward_compiled_with_forward,
     fake_inputs,
+    frames_compiled,
     profiler_enabled,
     queue_engine_callback,
 )
@@ -191,6 +192,7 @@ __all__ = [
     "extract_fwd_bwd_modules",
     "extract_fwd_bwd_outputs",
     "fake_inputs",
+    "frames_compiled",
     "flat_static_input_indices",
     "force_save_bw_mutation_src",
     "force_save_collectives",

@@ -22,11 +22,19 @@ __all__ = [
     "after_backward",
     "backward_compiled_with_forward",
     "fake_inputs",
+    "frames_compiled",
     "profiler_enabled",
     "queue_engine_callback",
 ]
 
 _MARK = "recompute_pass.step.mark."
+
+
+def frames_compiled() -> int:
+    """How many frames Dynamo has compiled (or tried to) in this process."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["frames"]["total"])
 
 
 def profiler_enabled() -> bool:
