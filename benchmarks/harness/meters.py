@@ -10,12 +10,20 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
 from torch.autograd.graph import Node
 from torch.profiler import ProfilerActivity, profile, record_function
+
+# No profiler noise: torch 2.13's kineto prints ``USDT: ... profiler_start`` and
+# ``profiler_stop`` on stderr at every profile's start and stop (its USDT messages, log
+# level 5). It reads its lowest level to print from ``KINETO_LOG_LEVEL`` once, when a
+# process first profiles, so the meters set it above USDT on import, before any profile
+# (and worker processes inherit it). A level the user set is kept.
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
 
 def _saved_tensors(node: Node) -> list[torch.Tensor]:
