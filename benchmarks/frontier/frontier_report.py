@@ -15,7 +15,7 @@ METHOD = """\
 How each number is obtained (`benchmarks/`):
 - **saved (run)**: bytes of the storages autograd holds for backward after the forward,
   parameters, buffers and inputs excluded, walked from the loss's `grad_fn`
-  (`measure.saved_activation_bytes`); for eager + checkpoint (marked `*`) walking would
+  (`meters.saved_activation_bytes`); for eager + checkpoint (marked `*`) walking would
   trigger the recomputation, so it is the allocator's net bytes left by the forward minus
   the loss (the two methods agree to the byte on every other system; both are in the CSV).
 - **held**: saved (run) plus the user inputs (token ids, labels) the graphs hand to

@@ -6,7 +6,7 @@
 Each model and budget is compiled through Inductor (``recompute_backend``, peak budget by
 default), run once to warm up, then once under the CPU profiler. The predicted timeline is
 the report's ``peak_timeline`` (live bytes as each node runs); the measured one is the
-level after each allocation event (``measure.step_timeline``). Both are drawn against the
+level after each allocation event (``meters.step_timeline``). Both are drawn against the
 progress through each phase (forward 0..1, backward 1..2), since one node of the graph is
 many allocation events or none. Writes a PNG per model, ``<out>/timeline.json`` and
 ``<out>/RESULTS.md``.
