@@ -1,4 +1,5 @@
-"""Measure one configuration; run as ``python -m benchmarks.frontier.worker CONFIG_JSON OUT_JSON``.
+"""Measure one configuration; run as ``python -m benchmarks.frontier.worker CONFIG_JSON OUT_JSON``
+(or in a process of one's own through ``record_of``, as ``benchmarks.gpu`` does).
 
 One configuration per process (``benchmarks.frontier`` spawns them), so no Dynamo state,
 compiled code or cache carries from one system to the next. Inductor/AOTAutograd caches

@@ -4,9 +4,10 @@ A study is a package ``benchmarks/<study>/``: its ``__init__`` says what it meas
 holds ``main(argv)``, its ``__main__`` runs that, so the command is always
 ``python -m benchmarks.<study> [options] --out DIR``. Every study parses its options with
 ``parser`` (``--out`` among them), reports progress on stderr (``progress``; stdout holds
-only results), and writes what it measured with the command that measured it: JSON
-(``save_json``) and a Markdown page (``write_results``: ``DIR/RESULTS.md``, generated; the
-study's own ``RESULTS.md`` beside its code says which runs are current).
+only results), and writes what it measured, with the command that measured it, as JSON
+and a generated ``DIR/RESULTS.md`` (``save_json`` and ``write_results``, or the study's own
+writer where its tables need more). The study's own ``RESULTS.md`` beside its code says
+which runs are current.
 
 A study whose result is one row per configuration, with a table of them, is a ``Study``:
 it supplies its options, its measurement and its table, and ``Study.main`` does the rest.
@@ -126,7 +127,7 @@ class Study:
         run = command(self.prog, argv)
         save_json(args.out / f"{self.name}.json", run, rows=rows)
         table = self.table(rows)
-        title = self.doc.strip().splitlines()[0]
+        title = self.doc.strip().splitlines()[0].rstrip(".")
         write_results(args.out, title, run, [table], time.perf_counter() - started)
         print(table)
         return 0
