@@ -15,7 +15,7 @@ seconds, before 9 minutes, whatever the phases' own limits; their limits add up 
 - ``alternatives`` (65 s), 2.: on the HF Llama, ours at 0.5 against ``torch.compile``,
   PyTorch's budget partitioner at 0.5 and eager per-block checkpointing: peak and step
   time (median of 10 steps) as ratios to ours.
-- ``offload`` (75 s), 3.: the README's offload benchmark at budget 0.5 (2-layer Llama,
+- ``offload`` (75 s), 3.: the offload benchmark (docs/offload.md) at budget 0.5 (2-layer Llama,
   8 x 1024 tokens, width 768): recompute + offload, recompute alone capped at the peak
   the offload plan measured, and the recompute-only plan; peaks and step times.
 - ``longest`` (60 s), 4.: ``fit_longest`` on a 2-layer Llama (width 768, batch 4) under a

@@ -210,7 +210,7 @@ def _checkpointed(model: nn.Module, blocks: Callable[[nn.Module], list[nn.Module
 
 
 def offload(s: Settings, rows: Rows, seconds: float) -> None:
-    """3. The README's offload benchmark at budget 0.5 (``benchmarks.frontier``'s systems and
+    """3. The offload benchmark (docs/offload.md) at budget 0.5 (``benchmarks.frontier``'s systems and
     measurement): recompute with offload, recompute alone capped at the peak the offload plan
     measured, and the recompute-only plan at 0.5."""
     configs = plan_configs(

@@ -120,7 +120,7 @@ SYSTEMS: dict[str, System] = {
         ),
     )
 }
-# Offload needs a host link (a GPU profile); it is asked for by name (README, "Offload").
+# Offload needs a host link (a GPU profile); it is asked for by name (docs/offload.md).
 OFFLOAD_SYSTEMS = ("recompute_offload", "recompute_peak_at_offload")
 DEFAULT_SYSTEMS = tuple(
     name for name in SYSTEMS if name != "recompute_mincut" and name not in OFFLOAD_SYSTEMS
