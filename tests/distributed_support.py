@@ -2,7 +2,7 @@
 reference, and what the partitioned graphs hold.
 
 ``run_ranks`` runs a module-level function on each rank of a fresh gloo group on
-127.0.0.1 (``benchmarks.ranks``: bounded in time, every process ends) and returns what
+127.0.0.1 (``benchmarks.harness.ranks``: bounded in time, every process ends) and returns what
 each rank returned: plain, picklable data; the tests assert in the parent.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from benchmarks import ranks
+from benchmarks.harness import ranks
 from recompute_pass import RecomputePartitioner
 from recompute_pass import torch_internals as ti
 
@@ -28,7 +28,7 @@ def _with_test_settings(rank: int, world: int, target: Callable[..., Any], **kwa
 
 def run_ranks(fn: Callable[..., Any], *, timeout: float = 300.0, **kwargs: Any) -> list[Any]:
     """``fn(rank, world, **kwargs)`` on ``WORLD`` gloo ranks, caches off (every compile
-    partitions, so every rank reports); see ``benchmarks.ranks.run_ranks``."""
+    partitions, so every rank reports); see ``benchmarks.harness.ranks.run_ranks``."""
     return ranks.run_ranks(_with_test_settings, world=WORLD, timeout=timeout, target=fn, **kwargs)
 
 

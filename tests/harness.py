@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
-from benchmarks import hf_models
-from benchmarks.measure import saved_activation_bytes, step_memory
-from benchmarks.models import ModelCase
+from benchmarks.harness import hf_models
+from benchmarks.harness.meters import saved_activation_bytes, step_memory
+from benchmarks.harness.models import ModelCase
 from recompute_pass import PartitionReport, capture_reports
 from recompute_pass import torch_internals as ti
 

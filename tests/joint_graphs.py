@@ -10,7 +10,7 @@ from unittest import mock
 import torch
 from torch import fx
 
-from benchmarks.models import model_cases
+from benchmarks.harness.models import model_cases
 from recompute_pass import realization
 from recompute_pass import torch_internals as ti
 from recompute_pass.graph.joint_graph import JointGraph, analyze, prepare
@@ -88,7 +88,7 @@ def capture_joints(
 
 
 def reference_joints(name: str, *, dynamic: bool = False) -> tuple[CapturedJoint, ...]:
-    """The joints of ``benchmarks.models.model_cases()[name]`` at ``REFERENCE_BATCH``.
+    """The joints of ``benchmarks.harness.models.model_cases()[name]`` at ``REFERENCE_BATCH``.
 
     Captured once per session and shared by the test files: read them, and partition a
     ``copy()``, never the captured module itself.

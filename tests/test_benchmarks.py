@@ -8,16 +8,17 @@ import dataclasses
 import pytest
 import torch
 
-from benchmarks.analysis import compare_frontier, fits, held, megatron_point, targets
-from benchmarks.checkpoint_flops import block_forward_flops, checkpoint_blocks
-from benchmarks.measure import saved_activation_bytes, step_memory
-from benchmarks.models import model_cases
-from benchmarks.partition_stats import BudgetedMinCut, RecordingPartitioner
-from benchmarks.records import Config, Record
-from benchmarks.report import write_report
-from benchmarks.run import _resolve, plan_configs, run_worker
-from benchmarks.systems import DEFAULT_SYSTEMS, make_backend
-from benchmarks.worker import benchmark_settings, measure
+from benchmarks.frontier import _resolve, plan_configs, run_worker
+from benchmarks.frontier.frontier_report import write_report
+from benchmarks.frontier.worker import measure_config as measure
+from benchmarks.harness.analysis import compare_frontier, fits, held, megatron_point, targets
+from benchmarks.harness.checkpoint_flops import block_forward_flops, checkpoint_blocks
+from benchmarks.harness.meters import saved_activation_bytes, step_memory
+from benchmarks.harness.models import model_cases
+from benchmarks.harness.partition_stats import BudgetedMinCut, RecordingPartitioner
+from benchmarks.harness.records import Config, Record
+from benchmarks.harness.systems import DEFAULT_SYSTEMS, make_backend
+from benchmarks.harness.training import benchmark_settings
 from recompute_pass import RecomputeOptions, RecomputePartitioner, capture_reports
 from tests.stress_support import full_only
 
@@ -226,13 +227,13 @@ def test_inductor_configuration() -> None:
 def test_snapshot_freezes_the_code_under_test() -> None:
     import shutil
 
-    from benchmarks.snapshot import git_state, snapshot_code
+    from benchmarks.harness.snapshot import git_state, snapshot_code
 
     code = snapshot_code()
     try:
         assert (code / "recompute_pass" / "partitioner.py").exists()
-        assert (code / "benchmarks" / "worker.py").exists()
-        assert not (code / "benchmarks" / "results").exists()
+        assert (code / "benchmarks" / "frontier" / "worker.py").exists()
+        assert not (code / "benchmarks" / "deep" / "results").exists()
     finally:
         shutil.rmtree(code)
     assert set(git_state()) == {"head", "dirty"}
@@ -240,7 +241,8 @@ def test_snapshot_freezes_the_code_under_test() -> None:
 
 def test_distributed_fsdp2_measures_every_rank() -> None:
     """``--distributed fsdp2``: one configuration on 2 gloo ranks, and its table."""
-    from benchmarks import distributed, ranks
+    from benchmarks import distributed
+    from benchmarks.harness import ranks
 
     config = distributed.DistConfig("llama", "recompute", 0.5, 2, "cpu", "graphs", "quick", repeats=1)
     results = ranks.run_ranks(
@@ -257,7 +259,7 @@ def test_distributed_fsdp2_measures_every_rank() -> None:
         "world": 2,
         "backend": "gloo",
         "device": "cpu",
-        "command": "python -m benchmarks.run --distributed fsdp2 --world 2",
+        "command": "python -m benchmarks.distributed --world 2",
         "wall_seconds": 1.0,
         "started": "now",
         "machine": {"cpu": "test", "cpu_count": 2, "torch": torch.__version__},

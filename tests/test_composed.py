@@ -12,7 +12,7 @@ import unittest.mock
 import pytest
 import torch
 
-from benchmarks.models import model_cases
+from benchmarks.harness.models import model_cases
 from recompute_pass import recompute_backend
 from recompute_pass import torch_internals as ti
 from recompute_pass.graph import blocks
@@ -29,7 +29,7 @@ from tests.stress_support import full_only
 
 pytest.importorskip("transformers")
 
-from benchmarks import hf_models
+from benchmarks.harness import hf_models
 
 LAYERS, SEQ = 4, 128
 TOLERANCE = 0.01  # predicted (and the compiled graphs' plan) against measured

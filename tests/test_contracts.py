@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
-from benchmarks.models import model_cases
+from benchmarks.harness.models import model_cases
 from recompute_pass import recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti
 from recompute_pass.options import RecomputeOptions

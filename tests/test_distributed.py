@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from benchmarks.measure import warnings_logged
+from benchmarks.harness.meters import warnings_logged
 from recompute_pass import capture_reports, inductor_backend, recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti
 from tests.distributed_support import (
@@ -294,7 +294,7 @@ def test_plans_are_exchanged_through_the_store_and_no_rank_goes_on_alone() -> No
 @pytest.fixture
 def single_rank_group() -> Any:
     """A gloo group of one rank in this process: functional collectives trace, nothing syncs."""
-    from benchmarks.ranks import free_port
+    from benchmarks.harness.ranks import free_port
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     try:

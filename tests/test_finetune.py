@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks.measure import step_memory
+from benchmarks.harness.meters import step_memory
 from recompute_pass import fit_longest, recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti
 from tests.harness import assert_same_step, build, case_inputs, compiled_step_peak, run_step
@@ -17,7 +17,7 @@ from tests.stress_support import full_only
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from benchmarks.hf_models import finetune_model_cases
+from benchmarks.harness.hf_models import finetune_model_cases
 
 CASES = finetune_model_cases(layers=2, dim=32, seq=32)
 BUDGETS = (1.0, 0.5, 0.0)

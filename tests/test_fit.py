@@ -13,8 +13,8 @@ import math
 import pytest
 import torch
 
-from benchmarks.measure import step_memory
-from benchmarks.models import GPT, MLP, GPTConfig, Llama, LlamaConfig
+from benchmarks.harness.meters import step_memory
+from benchmarks.harness.models import GPT, MLP, GPTConfig, Llama, LlamaConfig
 from cost_model import get_profile
 from recompute_pass import (
     FitResult,

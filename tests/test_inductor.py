@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.models import model_cases
+from benchmarks.harness.models import model_cases
 from recompute_pass import recompute_backend
 from recompute_pass import torch_internals as ti
 from tests.harness import assert_same_step, build, case_inputs, run_step

@@ -20,8 +20,8 @@ import re
 import pytest
 import torch
 
-from benchmarks.measure import step_memory
-from benchmarks.models import model_cases
+from benchmarks.harness.meters import step_memory
+from benchmarks.harness.models import model_cases
 from recompute_pass import (
     PartitionReport,
     RecomputeOptions,

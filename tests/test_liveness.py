@@ -14,8 +14,8 @@ import time
 import pytest
 import torch
 
-from benchmarks.measure import step_memory
-from benchmarks.models import model_cases
+from benchmarks.harness.meters import step_memory
+from benchmarks.harness.models import model_cases
 from recompute_pass import capture_reports, recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti
 from recompute_pass.graph.costing import build_problem, resolve_device

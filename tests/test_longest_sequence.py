@@ -7,8 +7,8 @@ import json
 import pytest
 
 from benchmarks import longest_sequence
-from benchmarks.longest_report import targets, write_report
 from benchmarks.longest_sequence import measured_boundary, parse_bytes
+from benchmarks.longest_sequence.longest_report import targets, write_report
 
 
 def test_parse_bytes() -> None:

@@ -340,7 +340,7 @@ def test_real_timings_are_positive_and_leave_the_generator_alone(tmp_path: Path)
 DETERMINISM_SCRIPT = textwrap.dedent(
     """
     import json, torch
-    from benchmarks.models import model_cases
+    from benchmarks.harness.models import model_cases
     from recompute_pass import capture_reports, recompute_eager_backend
 
     case = model_cases(layers=1, dim=32, seq=16)["gpt_block"]
@@ -397,8 +397,8 @@ def _signatures(joint: object, fused: bool = False) -> dict[fx.Node, str]:
 
 
 def test_accuracy_report_tables_targets_and_plot(tmp_path: Path) -> None:
-    from benchmarks.cost_accuracy_records import FusionRecord, OpError, PlanRecord, ProfilingTime
-    from benchmarks.cost_accuracy_report import plot, targets, verdict, write_results
+    from benchmarks.cost_accuracy.accuracy_records import FusionRecord, OpError, PlanRecord, ProfilingTime
+    from benchmarks.cost_accuracy.accuracy_report import plot, targets, verdict, write_results
 
     def plan(
         costs: str, budget: float, step: float, est: float, *, at_bytes: bool = False, name: str = ""

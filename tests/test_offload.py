@@ -15,7 +15,7 @@ import torch
 from torch import fx, nn
 
 import recompute_pass.partitioner as partitioner
-from benchmarks.models import model_cases
+from benchmarks.harness.models import model_cases
 from cost_model import calibrate
 from recompute_pass import PartitionReport, RecomputeOptions, recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from benchmarks.records import Config, Record
-from benchmarks.run import _resolve, plan_configs
-from benchmarks.systems import DEFAULT_SYSTEMS, OFFLOAD_SYSTEMS, SYSTEMS
+from benchmarks.frontier import _resolve, plan_configs
+from benchmarks.harness.records import Config, Record
+from benchmarks.harness.systems import DEFAULT_SYSTEMS, OFFLOAD_SYSTEMS, SYSTEMS
 
 
 def test_recompute_only_runs_at_the_offload_plans_measured_peak() -> None:

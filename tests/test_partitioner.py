@@ -10,7 +10,7 @@ import torch
 from torch import fx
 
 import recompute_pass.partitioner as partitioner_module
-from benchmarks.models import model_cases
+from benchmarks.harness.models import model_cases
 from recompute_pass import capture_reports, recompute_eager_backend
 from recompute_pass import torch_internals as ti
 from recompute_pass.graph.costing import resolve_device

@@ -13,8 +13,8 @@ import logging
 import pytest
 import torch
 
-from benchmarks.measure import step_memory
-from benchmarks.models import model_cases
+from benchmarks.harness.meters import step_memory
+from benchmarks.harness.models import model_cases
 from recompute_pass import PartitionReport, RecomputeOptions, capture_reports, recompute_eager_backend
 from tests.harness import assert_same_step, build, case_inputs, run_step
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from benchmarks import hf_models
+from benchmarks.harness import hf_models
 from cost_model import SizeHints
 from recompute_pass import capture_reports, recompute_backend
 from recompute_pass.extract.rebuild import rebuild_at_each_use

@@ -12,7 +12,7 @@ import pytest
 import torch
 from expecttest import TestCase
 
-from benchmarks.models import model_cases
+from benchmarks.harness.models import model_cases
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.partitioner import partition
 from tests.joint_graphs import CapturedJoint, capture_joints

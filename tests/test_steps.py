@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import recompute_pass
-from benchmarks.measure import step_memory
+from benchmarks.harness.meters import step_memory
 from recompute_pass import capture_reports
 from recompute_pass.step import PLANNER
 from recompute_pass.step.compose import compose

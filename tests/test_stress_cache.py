@@ -14,7 +14,7 @@ import pytest
 from torch._dynamo.utils import counters
 from torch._inductor.utils import fresh_cache
 
-from benchmarks.models import model_cases
+from benchmarks.harness.models import model_cases
 from recompute_pass import recompute_backend
 from recompute_pass import torch_internals as ti
 from tests.harness import Step, assert_same_step, build, case_inputs, run_step

@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.measure import saved_activation_bytes
-from benchmarks.models import model_cases
+from benchmarks.harness.meters import saved_activation_bytes
+from benchmarks.harness.models import model_cases
 from cost_model import SizeHints, tensor_bytes
 from recompute_pass import capture_reports, recompute_eager_backend
 from recompute_pass.graph.costing import build_problem, resolve_device

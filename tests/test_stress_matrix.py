@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from benchmarks.models import model_cases
+from benchmarks.harness.models import model_cases
 from recompute_pass import capture_reports, recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti
 from tests.harness import ATOL, RTOL, Step, assert_same_step, build, case_inputs, run_step

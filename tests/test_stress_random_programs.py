@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from benchmarks.measure import saved_activation_bytes
+from benchmarks.harness.meters import saved_activation_bytes
 from recompute_pass import capture_reports, recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti
 from recompute_pass.solver.strategies import STRATEGIES

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.models import model_cases
+from benchmarks.harness.models import model_cases
 from recompute_pass import recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti
 from tests.stress_support import (

@@ -30,7 +30,7 @@ from torch import nn
 import recompute_pass.partitioner as partitioner_module
 import recompute_pass.realization as realization_module
 import recompute_pass.solver.strategies.strategy_milp as milp_module
-from benchmarks.models import model_cases
+from benchmarks.harness.models import model_cases
 from recompute_pass import capture_reports, recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti
 from tests.harness import Step, assert_same_step, build, case_inputs, run_step
@@ -384,7 +384,7 @@ _SCRIPT = textwrap.dedent(
     import sys
 
     import torch
-    from benchmarks.models import model_cases
+    from benchmarks.harness.models import model_cases
     from recompute_pass import capture_reports, recompute_eager_backend
     from recompute_pass import torch_internals as ti
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.partition_stats import PartitionStats, graph_stats
+from benchmarks.harness.partition_stats import PartitionStats, graph_stats
 from recompute_pass import torch_internals as ti
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.partitioner import partition

@@ -7,7 +7,7 @@ commit is not stored, but every API the file uses exists in 2.13.0). Adapted, no
 - Device: CPU. Upstream instantiates ``ActivationCheckpointingViaTagsTests`` for every device
   *except* CPU and gates most tests on a GPU with Triton; here they run on CPU. The
   region-budget tests that read CUDA allocator statistics measure the bytes the autograd
-  graph holds for backward instead (``benchmarks.measure.saved_activation_bytes``), and the
+  graph holds for backward instead (``benchmarks.harness.meters.saved_activation_bytes``), and the
   attention tests use the CPU flash-attention op. Triton kernels and CUDA-only ops are skipped.
 - Our partitioner replaces PyTorch's wherever the tests compile, always with
   ``fallback=False``: ``partition_fn=min_cut_rematerialization_partition`` and
@@ -55,7 +55,7 @@ from torch.utils.checkpoint import (
     create_selective_checkpoint_contexts,
 )
 
-from benchmarks.measure import saved_activation_bytes
+from benchmarks.harness.meters import saved_activation_bytes
 from recompute_pass import (
     RecomputeOptions,
     RecomputePartitioner,

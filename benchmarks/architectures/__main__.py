@@ -1,0 +1,5 @@
+import sys
+
+from benchmarks.architectures import main
+
+sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from benchmarks.cost_accuracy import main
+
+sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from benchmarks.deep import main
+
+sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from benchmarks.demo import main
+
+sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from benchmarks.distributed import main
+
+sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from benchmarks.finetune import main
+
+sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from benchmarks.frontier import main
+
+sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from benchmarks.gpu import main
+
+sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from benchmarks.longest_sequence import main
+
+sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from benchmarks.routes import main
+
+sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from benchmarks.solve_time import main
+
+sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from benchmarks.timeline import main
+
+sys.exit(main())
