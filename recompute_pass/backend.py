@@ -50,10 +50,14 @@ class RecomputeBackend:
         """``mode`` and ``options``: what ``torch.compile(mode=..., options=...)`` hands a
         backend; Inductor's config, applied as ``backend="inductor"`` applies them.
 
-        Under a step budget (``steps.plans_steps``) a graph that will be trained gets its
-        plan with the step's other graphs (``recompute_pass.step``)."""
+        Under a peak budget (``step.plans_steps``) a graph that will be trained belongs to
+        its training step, recorded and reported as one, whose plans are chosen together
+        where the budget asks (``recompute_pass.step``)."""
         settings = self.options()
         patches = ti.inductor_mode_patches(mode, options) if self.inductor else None
+        if not self.inductor and (mode not in (None, "default") or options):
+            ignored = "recompute_pass: the eager backend runs no Inductor: mode=%r, options=%r ignored"
+            log.warning(ignored, mode, options)
         if plans_steps(settings) and trains(example_inputs):
             return step_graph(
                 gm, example_inputs, options=settings, inductor=self.inductor, config_patches=patches
@@ -61,9 +65,6 @@ class RecomputeBackend:
         partitioner = RecomputePartitioner(settings)
         if self.inductor:
             return inductor_backend(partitioner, patches)(gm, example_inputs)
-        if mode not in (None, "default") or options:
-            ignored = "recompute_pass: the eager backend runs no Inductor: mode=%r, options=%r ignored"
-            log.warning(ignored, mode, options)
         return ti.eager_aot_backend(partitioner)(gm, example_inputs)
 
     def __repr__(self) -> str:

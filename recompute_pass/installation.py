@@ -10,14 +10,18 @@ with the options, validation, compile patches and cache key of ``recompute_backe
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
+
+from torch import fx
 
 from recompute_pass import torch_internals as ti
 from recompute_pass.backend import RecomputeBackend
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.partitioner import RecomputePartitioner
 from recompute_pass.report import store as report_store
+from recompute_pass.step import plans_steps, step_graph, trains
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +75,7 @@ def install(**options: Any) -> Installation:
     installation = Installation(partitioner, ti.inductor_config.custom_partitioner_fn)
     ti.inductor_config.custom_partitioner_fn = partitioner
     _installed.append(installation)
+    _ENTRY.install()
     log.debug("recompute_pass: installed %r as Inductor's partitioner", partitioner)
     return installation
 
@@ -87,11 +92,28 @@ def installed() -> InstalledPartitioner | None:
     return _installed[-1].partitioner if _installed else None
 
 
+def _step_graph(gm: fx.GraphModule, example_inputs: Sequence[object], config_patches: Any) -> Any:
+    """Inductor's entry while installed: a graph of a step budget gets its plan with its
+    step (``recompute_pass.step``), as through ``recompute_backend``; others compile as usual."""
+    current = installed()
+    if current is None:
+        return None
+    options = current.options
+    if not (plans_steps(options) and trains(example_inputs)):
+        return None
+    return step_graph(gm, example_inputs, options=options, inductor=True, config_patches=config_patches)
+
+
+_ENTRY = ti.InductorEntry(_step_graph)
+
+
 def _remove(installation: Installation) -> None:
     if installation not in _installed:  # already undone (``uninstall()`` inside the block)
         return
     at = _installed.index(installation)
     _installed.pop(at)
+    if not _installed:
+        _ENTRY.remove()
     if at < len(_installed):  # undone out of order: the one installed over it inherits its past
         _installed[at].previous = installation.previous
         return

@@ -31,14 +31,12 @@ _numbers = itertools.count()
 
 
 def plans_steps(options: RecomputeOptions) -> bool:
-    """Whether graphs compiled with ``options`` are planned with their step: a peak budget
-    below 1 or a peak cap, chosen by a budgeted solver, without offload or planned sizes
-    (which stay per graph)."""
-    budget = options.peak_memory_bytes is not None or options.memory_budget < 1
+    """Whether graphs compiled with ``options`` belong to a step that is recorded and
+    reported, their plans chosen with it where the budget asks (``step_budget``): a peak
+    budget, a budgeted solver, no offload or planned sizes (which stay per graph)."""
     return (
         options.plan_steps
         and options.budgets_peak
-        and budget
         and options.solver in ("milp", "mincut")
         and not options.offload
         and not options.plan_size_map()

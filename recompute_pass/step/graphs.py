@@ -45,8 +45,15 @@ from recompute_pass.step.recording import PlanMemory
 log = logging.getLogger(__name__)
 
 # The provisional plan: the fewest saved bytes (a min cut, no peak search).
+# (Not agreed across ranks: every rank's is the same min cut, and it is not the plan trained.)
 PROVISIONAL = dict(
-    budget_mode="saved", memory_budget=0.0, memory_budget_bytes=None, solver="mincut", offload=False
+    budget_mode="saved",
+    memory_budget=0.0,
+    memory_budget_bytes=None,
+    peak_memory_bytes=None,
+    solver="mincut",
+    offload=False,
+    sync_plans=False,
 )
 
 
@@ -83,7 +90,7 @@ class StepGraph:
         self.output_names = tuple(getattr(v, "name", "") for v in _flat(output.args[0]))
         self.compile_seconds = 0.0
         start = time.perf_counter()
-        if follows_autograd(example_inputs):
+        if follows_autograd(example_inputs) and step_budget(options) and not symbolic(gm):
             self.provisional: Callable[..., Any] | None = ti.eager_aot_backend(self._provisional_partition)(
                 gm, example_inputs
             )
@@ -188,6 +195,25 @@ class StepPartitioner(RecomputePartitioner):
                 _copy(gm), kwargs["num_fwd_outputs"], static, kwargs.get("compiler")
             )
         return super().__call__(gm, joint_inputs, **kwargs)
+
+
+def step_budget(options: RecomputeOptions) -> bool:
+    """Whether the budget needs the step to choose: a ratio below 1 or a cap. At 1 each
+    graph's fastest plan is the step's, whatever the step."""
+    return options.peak_memory_bytes is not None or options.memory_budget < 1
+
+
+def symbolic(gm: fx.GraphModule) -> bool:
+    """Whether the graph has symbolic shapes: it is compiled inside Dynamo's compile only,
+    where the guards its compile adds are kept (a compile after the step could add guards
+    nothing installs)."""
+    for node in gm.graph.find_nodes(op="placeholder"):
+        value = node.meta.get("example_value", node.meta.get("val"))
+        if isinstance(value, torch.SymInt):
+            return True
+        if isinstance(value, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in value.shape):
+            return True
+    return False
 
 
 def follows_autograd(example_inputs: Sequence[object]) -> bool:

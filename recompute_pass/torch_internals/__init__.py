@@ -65,6 +65,7 @@ from recompute_pass.torch_internals.compiling import (
     COMPILE_PATCHES,
     ON_SCHEDULED,
     CustomPartitionerFn,
+    InductorEntry,
     compile_fx,
     compile_graph_inner,
     dynamo_config,
@@ -150,6 +151,7 @@ from recompute_pass.torch_internals.tracing import (
 
 __all__ = [
     "COMPILE_PATCHES",
+    "InductorEntry",
     "CPP_MAX_KERNEL_GROUP_ARGS",
     "BackwardWatch",
     "CompileContexts",

@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "COMPILE_PATCHES",
+    "InductorEntry",
     "CustomPartitionerFn",
     "ON_SCHEDULED",
     "compile_fx",
@@ -98,3 +99,45 @@ def honour_compile_patches() -> None:
     ``torch.compile(model)``. Idempotent."""
     if inductor_compile_fx._compile_fx_inner is not _compile_graph_under_its_patches:
         inductor_compile_fx._compile_fx_inner = _compile_graph_under_its_patches
+
+
+Route = Callable[[fx.GraphModule, Sequence[object], "dict[str, Any] | None"], Any]
+
+
+class InductorEntry:
+    """Inductor's entry point as Dynamo's ``"inductor"`` backend reaches it
+    (``torch._inductor.compile_fx.compile_fx``, looked up by name at each compile, by
+    ``torch.compile(model)`` and by trainers alike), redirected to ``route`` while
+    installed. ``route(gm, example_inputs, config_patches)`` returns the compiled callable,
+    or None to let Inductor compile as it would. Compiles that ``route`` itself runs
+    (``inside``), and Inductor's own recursive calls, reach Inductor untouched."""
+
+    def __init__(
+        self, route: Callable[[fx.GraphModule, Sequence[object], dict[str, Any] | None], Any]
+    ) -> None:
+        self.route = route
+        self.depth = 0
+
+    def install(self) -> None:
+        inductor_compile_fx.compile_fx = self._entry
+
+    def remove(self) -> None:
+        if inductor_compile_fx.compile_fx == self._entry:
+            inductor_compile_fx.compile_fx = compile_fx
+
+    @contextlib.contextmanager
+    def inside(self) -> Iterator[None]:
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+
+    def _entry(self, model: fx.GraphModule, inputs: Sequence[object], *args: Any, **kwargs: Any) -> Any:
+        if self.depth == 0 and not args and set(kwargs) <= {"config_patches"}:
+            with self.inside():
+                routed = self.route(model, inputs, kwargs.get("config_patches"))
+            if routed is not None:
+                return routed
+        with self.inside():
+            return compile_fx(model, inputs, *args, **kwargs)
