@@ -14,7 +14,7 @@ Decisions (details in each module's docstring):
   FLOP per element for pointwise/random ops (output) and reductions (input), which
   FlopCounterMode counts as 0 (``flops``).
 - causal masking and flex block sparsity only lower ``effective_flops`` (``attention``).
-- bytes are storage spans, views cost nothing (``memory``, ``node_cost``).
+- bytes are storage spans, views cost nothing (``storage``, ``node_cost``).
 - fp32 GEMMs are costed at the fp32 rate unless a profile enables TF32 (``device``).
 - unknown ops, missing ``meta["val"]``, unbacked SymInts: ``known=False`` fallbacks,
   logged once, never an exception (``node_cost``); unbacked symbols evaluate at
@@ -29,9 +29,9 @@ from .device import PROFILES, DeviceProfile, get_profile
 from .hints import DEFAULT_UNBACKED_HINT, SizeHints
 from .kinds import MATRIX_KINDS, OpKind, base_name, classify, is_constructor
 from .measure import OpTimes, ProfilingStats, default_cache_dir, measure_op_times
-from .memory import tensor_bytes
 from .node_cost import ConcreteCost, NodeCost, node_cost
 from .runtime import estimate_runtime
+from .storage import tensor_bytes
 from .workspace import tensor_workspace_bytes, unmodelled_workspace, workspace_bytes
 
 __all__ = [

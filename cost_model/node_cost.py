@@ -1,6 +1,6 @@
 """Per-node cost record: FLOPs and bytes of one joint-graph node, symbolic in shapes.
 
-Rules (see ``flops``, ``memory``, ``attention`` and ``kinds`` for the details):
+Rules (see ``flops``, ``storage``, ``attention`` and ``kinds`` for the details):
 
 - ``bytes_out``: bytes the node writes, :func:`tensor_bytes` of its output (0 for views,
   NONE nodes and allocation-only ops such as ``empty_strided``).
@@ -40,8 +40,8 @@ from .attention import work_fraction
 from .flops import elementwise_flops, formula_flops
 from .hints import SizeHints
 from .kinds import MATRIX_KINDS, OpKind, base_name, classify, draws_fresh_randomness, op_name
-from .memory import tensor_bytes
 from .op_names import ALLOC_ONLY_OPS, GATHER_OPS, TEMPLATE_OPS
+from .storage import tensor_bytes
 from .symbolic import ZERO, flatten_values, tensors_in
 from .torch_internals import bind_args, free_unbacked_symbols
 

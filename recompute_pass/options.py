@@ -214,7 +214,7 @@ def byte_count(option: str, value: object) -> int | None:
         amount, unit = decimal.Decimal(match.group(1)), match.group(2).lower() or "b"
         whole = amount == amount.to_integral_value()
         if unit in _UNITS and (unit != "b" or whole) and amount.adjusted() < 30:  # < 1e30: no giant ints
-            return int(amount * _UNITS[unit])  # exact: Decimal, floored by int()
+            return int(amount * _UNITS[unit])  # exact: Decimal, rounded down by int()
     raise _fail(option, value, BYTES_VALID)
 
 

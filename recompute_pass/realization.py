@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 
 # At most this many pieces not lowered before are lowered to bound a plan's peak
-# (``JointScorer.floor``); past them the plan is checked whole.
+# (``JointScorer.lower_bound``); past them the plan is checked whole.
 BOUND_LOWERINGS = 2
 
 
@@ -149,7 +149,7 @@ class JointScorer:
     def exact(self, plan: Plan) -> int:
         return self.estimate(plan) if self.walked else self.realize(plan)[1].peak_bytes
 
-    def floor(self, plan: Plan, over: int | None = None) -> int:
+    def lower_bound(self, plan: Plan, over: int | None = None) -> int:
         """The bytes the plan saves on the device: the forward's outputs, all allocated when
         it ends (a view is never saved, ``joint_graph``; a saved input costs nothing). 0 when
         walked, where a check costs no more than this.

@@ -18,8 +18,8 @@ class FakeScorer:
     checks: int = MAX_CHECKED
     offload: OffloadProblem | None = None
     optimum_of: Callable[[Sequence[int], float], list[Plan]] | None = None
-    floor_of: Callable[[Plan], int] = lambda plan: 0
-    bound_of: Callable[[Plan], int] | None = None  # the floor when asked to beat a peak
+    lower_bound_of: Callable[[Plan], int] = lambda plan: 0
+    bound_of: Callable[[Plan], int] | None = None  # the lower bound when asked to beat a peak
     estimated: list[Plan] = field(default_factory=list)
     checked: list[Plan] = field(default_factory=list)
     bounded: list[Plan] = field(default_factory=list)
@@ -32,9 +32,9 @@ class FakeScorer:
         self.checked.append(plan)
         return self.exact_of(plan)
 
-    def floor(self, plan: Plan, over: int | None = None) -> int:
-        if over is None or self.bound_of is None or self.floor_of(plan) > over:
-            return self.floor_of(plan)
+    def lower_bound(self, plan: Plan, over: int | None = None) -> int:
+        if over is None or self.bound_of is None or self.lower_bound_of(plan) > over:
+            return self.lower_bound_of(plan)
         self.bounded.append(plan)
         return self.bound_of(plan)
 

@@ -154,23 +154,23 @@ def _forward_end(estimate: PeakEstimate) -> int:
     return [live for phase, _, live in estimate.timeline if phase == "forward"][-1]
 
 
-def test_saved_bytes_floor_every_checked_peak_and_spare_checks(monkeypatch) -> None:
-    """The peak search skips plans on their saved bytes (``JointScorer.floor``): that needs
+def test_saved_bytes_bound_every_checked_peak_and_spare_checks(monkeypatch) -> None:
+    """The peak search skips plans on their saved bytes (``JointScorer.lower_bound``): that needs
     every composed peak at or over its plan's saved bytes, and it must choose what checking
     every plan of the front chooses."""
     seen: list[tuple[int, int]] = []
     exact = JointScorer.exact
 
     def recording(scorer: JointScorer, plan) -> int:
-        seen.append((scorer.floor(plan), exact(scorer, plan)))
+        seen.append((scorer.lower_bound(plan), exact(scorer, plan)))
         return seen[-1][1]
 
     monkeypatch.setattr(JointScorer, "exact", recording)
     _, _, bounded, _ = _partitioned("llama", 0.0)
-    assert seen and all(floor <= peak for floor, peak in seen), seen
+    assert seen and all(bound <= peak for bound, peak in seen), seen
     assert any("ruled out by their floors" in note for note in bounded.notes), bounded.notes
     checks = len(seen)
-    monkeypatch.setattr(JointScorer, "floor", lambda scorer, plan, over=None: 0)
+    monkeypatch.setattr(JointScorer, "lower_bound", lambda scorer, plan, over=None: 0)
     _, _, every, _ = _partitioned("llama", 0.0)
     assert len(seen) - checks > checks
     assert every.plan_digest == bounded.plan_digest
@@ -179,12 +179,12 @@ def test_saved_bytes_floor_every_checked_peak_and_spare_checks(monkeypatch) -> N
 
 @pytest.mark.parametrize(("name", "budget"), [("llama", 0.0), ("gpt2", 0.25)])
 def test_a_bound_from_the_first_pieces_is_under_the_composed_peak(monkeypatch, name, budget) -> None:
-    """``JointScorer.floor(plan, over)`` strings a plan's first new backward pieces' plans
+    """``JointScorer.lower_bound(plan, over)`` strings a plan's first new backward pieces' plans
     with bounds for the rest (``composed._bound``). With any number of new pieces lowered
     it must be at most the plan's composed peak (which it equals once every piece is),
     and the search must choose what the saved bytes alone choose."""
     seen: list[tuple[int, int, int, int]] = []  # (new pieces lowered, bound, peak, over)
-    floor = JointScorer.floor
+    lower_bound = JointScorer.lower_bound
 
     def recording(scorer: JointScorer, plan, over=None) -> int:
         if over is not None and scorer.planner is not None and plan not in scorer.realized:
@@ -199,13 +199,13 @@ def test_a_bound_from_the_first_pieces_is_under_the_composed_peak(monkeypatch, n
                 bounds.append(bound.peak_bytes)
             exact = scorer.realize(plan)[1].peak_bytes
             seen.extend((lowerings, bound, exact, over) for lowerings, bound in enumerate(bounds))
-        return floor(scorer, plan, over)
+        return lower_bound(scorer, plan, over)
 
-    monkeypatch.setattr(JointScorer, "floor", recording)
+    monkeypatch.setattr(JointScorer, "lower_bound", recording)
     _, _, bounded, _ = _partitioned(name, budget)
     assert seen and all(bound <= exact for _, bound, exact, _ in seen), seen
     assert any(bound < exact for _, bound, exact, _ in seen), seen  # stand-ins were used
-    monkeypatch.setattr(JointScorer, "floor", lambda scorer, plan, over=None: floor(scorer, plan))
+    monkeypatch.setattr(JointScorer, "lower_bound", lambda scorer, plan, over=None: lower_bound(scorer, plan))
     _, _, plain, _ = _partitioned(name, budget)
     assert plain.plan_digest == bounded.plan_digest
     assert plain.predicted_peak_bytes == bounded.predicted_peak_bytes

@@ -171,13 +171,13 @@ def test_budget_one_checks_only_the_fastest_plan_and_chooses_it() -> None:
     ("kind", "value", "spares"),
     [("ratio", 0.0, True), ("ratio", 0.3, True), ("ratio", 0.6, False), ("cap", 1800, True)],
 )
-def test_a_floor_spares_checks_and_changes_no_choice(kind: str, value: float, spares: bool) -> None:
-    """With a floor 10% under each plan's exact peak, the search chooses what checking
-    every plan of the front chooses, and checks fewer where a floor rules a plan out (low
-    budgets here: the front's four plans are over them on their floors alone)."""
+def test_a_lower_bound_spares_checks_and_changes_no_choice(kind: str, value: float, spares: bool) -> None:
+    """With a lower bound 10% under each plan's exact peak, the search chooses what checking
+    every plan of the front chooses, and checks fewer where a bound rules a plan out (low
+    budgets here: the front's four plans are over them on their lower bounds alone)."""
     kwargs = {"ratio": value} if kind == "ratio" else {"cap": int(value)}
     every = FakeScorer(exact_peak, exact_peak, checks=len(FAMILY))
-    bounded = FakeScorer(exact_peak, exact_peak, checks=len(FAMILY), floor_of=_tenth_under)
+    bounded = FakeScorer(exact_peak, exact_peak, checks=len(FAMILY), lower_bound_of=_tenth_under)
     a, b = _choose(every, **kwargs), _choose(bounded, **kwargs)
     assert (a.plan, a.cap, a.min_peak) == (b.plan, b.cap, b.min_peak)
     # The range's top is checked where the budget is a ratio between the ends, else only
@@ -186,7 +186,7 @@ def test_a_floor_spares_checks_and_changes_no_choice(kind: str, value: float, sp
         assert b.max_peak == a.max_peak == exact_peak(FRONTIER[-1])
     else:
         assert b.max_peak in (None, a.max_peak)
-    if kind == "ratio" and value == 0:  # the fastest plan's floor is over the low end: not lowered
+    if kind == "ratio" and value == 0:  # the fastest plan's lower bound is over the low end: not lowered
         assert b.max_peak is None and FRONTIER[-1] not in bounded.checked
     assert set(bounded.checked) <= set(every.checked)
     assert (set(bounded.checked) < set(every.checked)) == spares
@@ -198,9 +198,9 @@ def _tenth_under(plan: Plan) -> int:
 
 
 @pytest.mark.parametrize("ratio", [0.0, 0.25, 0.5])
-def test_a_floor_pushed_against_a_limit_spares_checks_and_changes_no_choice(ratio: float) -> None:
-    """Plain floors far under the peaks (a tenth) rule nothing out; pushed against what a
-    plan must beat (``PlanScorer.floor(plan, over)``: 1% under) they rule out the plans
+def test_a_lower_bound_pushed_against_a_limit_spares_checks_and_changes_no_choice(ratio: float) -> None:
+    """Plain lower bounds far under the peaks (a tenth) rule nothing out; pushed against what
+    a plan must beat (``PlanScorer.lower_bound(plan, over)``: 1% under) they rule out the plans
     over it, which are then never checked, and the choice is what checking every plan of
     the front gives."""
     every = FakeScorer(exact_peak, exact_peak, checks=len(FAMILY))
@@ -208,7 +208,7 @@ def test_a_floor_pushed_against_a_limit_spares_checks_and_changes_no_choice(rati
         exact_peak,
         exact_peak,
         checks=len(FAMILY),
-        floor_of=lambda p: exact_peak(p) // 10,
+        lower_bound_of=lambda p: exact_peak(p) // 10,
         bound_of=lambda p: exact_peak(p) * 99 // 100,
     )
     a, b = _choose(every, ratio=ratio), _choose(pushed, ratio=ratio)
@@ -219,12 +219,14 @@ def test_a_floor_pushed_against_a_limit_spares_checks_and_changes_no_choice(rati
     assert ruled_out and all(exact_peak(p) > b.cap for p in ruled_out)
 
 
-def test_a_floor_over_an_exact_peak_is_not_trusted(caplog: pytest.LogCaptureFixture) -> None:
-    """Floors above the exact peaks (a wrong bound, as a misprediction would give) rule out
-    the plan that should be chosen at budget 0: seen on the plans checked, the search warns
-    and chooses as it would without floors."""
+def test_a_lower_bound_over_an_exact_peak_is_not_trusted(caplog: pytest.LogCaptureFixture) -> None:
+    """Lower bounds above the exact peaks (wrong bounds, as a misprediction would give) rule
+    out the plan that should be chosen at budget 0: seen on the plans checked, the search
+    warns and chooses as it would without lower bounds."""
     every = FakeScorer(exact_peak, exact_peak, checks=len(FAMILY))
-    wrong = FakeScorer(exact_peak, exact_peak, checks=len(FAMILY), floor_of=lambda p: exact_peak(p) + 500)
+    wrong = FakeScorer(
+        exact_peak, exact_peak, checks=len(FAMILY), lower_bound_of=lambda p: exact_peak(p) + 500
+    )
     a = _choose(every, ratio=0.0)
     with caplog.at_level("WARNING"):
         b = _choose(wrong, ratio=0.0)
@@ -238,10 +240,10 @@ def test_checks_past_their_time_limit_choose_among_those_made(
 ) -> None:
     """A check deadline already past (a safety, never reached on a graph the count fits):
     only the one plan the budget cannot do without is checked (the range's top where the
-    ratio needs it, else the low end's lowest floor), one warning, and that plan is chosen;
-    no floor is pushed (that too costs lowerings)."""
+    ratio needs it, else the low end's lowest lower bound), one warning, and that plan is
+    chosen; no lower bound is pushed (that too costs lowerings)."""
     scorer = FakeScorer(
-        exact_peak, exact_peak, checks=len(FAMILY), floor_of=_tenth_under, bound_of=exact_peak
+        exact_peak, exact_peak, checks=len(FAMILY), lower_bound_of=_tenth_under, bound_of=exact_peak
     )
     with caplog.at_level("WARNING"):
         choice = choose_by_peak(
@@ -250,7 +252,7 @@ def test_checks_past_their_time_limit_choose_among_those_made(
     (checked,) = scorer.checked
     if ratio:
         assert checked == FRONTIER[-1] and choice.max_peak == exact_peak(checked)
-    else:  # the lowest floor's plan: floors are 90% of the exact peaks here
+    else:  # the lowest lower bound's plan: lower bounds are 90% of the exact peaks here
         assert exact_peak(checked) == min(exact_peak(p) for p in FAMILY) and choice.max_peak is None
     assert choice.plan == checked and choice.min_peak == choice.cap == exact_peak(checked)
     assert "exact peaks stopped by the time limit" in choice.notes
@@ -259,9 +261,9 @@ def test_checks_past_their_time_limit_choose_among_those_made(
 
 
 def test_the_low_end_is_sought_from_the_lowest_estimate() -> None:
-    """At budget 0 the plan the estimate ranks lowest is checked first, though floors rank
-    it last (here they fall as the peaks rise, all under the lowest peak); the others'
-    floors, pushed against its peak, rule them out unchecked. The choice is the one
+    """At budget 0 the plan the estimate ranks lowest is checked first, though lower bounds
+    rank it last (here they fall as the peaks rise, all under the lowest peak); the others'
+    lower bounds, pushed against its peak, rule them out unchecked. The choice is the one
     checking every plan gives."""
     every = FakeScorer(exact_peak, exact_peak, checks=len(FAMILY))
     _choose(every, ratio=0.0)
@@ -270,7 +272,7 @@ def test_the_low_end_is_sought_from_the_lowest_estimate() -> None:
         exact_peak,
         exact_peak,
         checks=len(FAMILY),
-        floor_of=lambda p: lowest * lowest * 9 // (10 * exact_peak(p)),
+        lower_bound_of=lambda p: lowest * lowest * 9 // (10 * exact_peak(p)),
         bound_of=lambda p: exact_peak(p) * 99 // 100,
     )
     a, b = _choose(every, ratio=0.0), _choose(ranked, ratio=0.0)

@@ -428,7 +428,7 @@ class PieceLowerings:
         ``new_lowerings``: at most this many backward pieces not lowered before are lowered,
         the first in order; the others stand in as ``_bound`` at ``hints`` (so do the pieces
         after them that read their outputs, whose strides are then unknown): the answer is a
-        bound below the whole plan, at the price of a few lowerings (``JointScorer.floor``)."""
+        bound below the whole plan, at the price of a few lowerings (``JointScorer.lower_bound``)."""
         if is_backward:  # only what composition can see: no pass across the whole graph
             variants = [variant for variant in variants if keeps_order(variant)]
         bounded = new_lowerings is not None and is_backward

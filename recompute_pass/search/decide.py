@@ -108,7 +108,7 @@ def decide(problem: Problem, options: RecomputeOptions, scorer: PlanScorer | Non
             budget = low
     else:
         ratio = options.memory_budget
-        # Floor, so that rounding never lets the plan exceed the ratio's bytes.
+        # Rounded down, so that rounding never lets the plan exceed the ratio's bytes.
         budget = low + int((high - low) * ratio)
     strategy = STRATEGIES[options.solver]
     solution = strategy.solve(relaxation, budget, time_limit=options.time_limit)

@@ -100,8 +100,8 @@ class _Recording:
         self.search.exact[plan] = self.scorer.exact(plan)
         return self.search.exact[plan]
 
-    def floor(self, plan: Plan, over: int | None = None) -> int:
-        return self.scorer.floor(plan, over)
+    def lower_bound(self, plan: Plan, over: int | None = None) -> int:
+        return self.scorer.lower_bound(plan, over)
 
     def windows(self, plan: Plan) -> OffloadProblem:
         return self.scorer.windows(plan)

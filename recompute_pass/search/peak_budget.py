@@ -18,10 +18,10 @@ budget never gives a higher peak. Plans are ranked by a fast estimate (the graph
 the joint graph, ``plan_peak``); the peaks that set the range and decide are the exact
 predictions of the plans on the estimate's peak/cost Pareto front (``_checked``), the
 same plans at every budget below 1. A check is an Inductor lowering, so a plan is not
-checked where its floor (its saved bytes, ``PlanScorer.floor``) already rules it out: over
-the budget, or over the lowest peak found while the range's low end is sought; where it
-does not, the floor is pushed against that limit (a deep graph's peak composed from the
-first of the plan's new pieces, ``JointScorer.floor``) before the plan is checked. The
+checked where its lower bound (its saved bytes, ``PlanScorer.lower_bound``) already rules
+it out: over the budget, or over the lowest peak found while the range's low end is sought;
+where it does not, the bound is pushed against that limit (a deep graph's peak composed from
+the first of the plan's new pieces, ``JointScorer.lower_bound``) before the plan is checked. The
 choice is the one checking every plan of that front gives (12 layers: 1-3 checks instead
 of 7-8).
 Budget 1 is the fastest plan's own peak, so only a plan as cheap can be chosen over it:
@@ -139,7 +139,7 @@ def choose_by_peak(
             notes.append(note)
             break
         scored[plan] = (scorer.estimate(plan), plan.cost(problem))
-    # The plans the choice is made over do not depend on the budget (the floors only spare
+    # The plans the choice is made over do not depend on the budget (the lower bounds only spare
     # checks that cannot change it), so a lower budget can only remove plans from those
     # that fit: the chosen peak never rises as the budget falls.
     checked = _checked(scored, fastest, scorer.checks)
@@ -155,7 +155,7 @@ def choose_by_peak(
         high = low_end if budget <= low_end[0] else (top(), scored[fastest][0])
         return estimate_caps(budget, low_end, high)
 
-    for bounded in (True, False):  # without floors only if one proved wrong
+    for bounded in (True, False):  # without lower bounds only if one proved wrong
         peaks.bounded = bounded
         max_peak = top() if cap is None and ratio else None  # the top first, where the ratio needs it
         min_peak = peaks.lowest(checked, {plan: peak for plan, (peak, _) in scored.items()})
@@ -168,9 +168,9 @@ def choose_by_peak(
         for plan in found:
             scored.setdefault(plan, (scorer.estimate(plan), plan.cost(problem)))
         chosen = peaks.cheapest_fitting(dict.fromkeys([*checked, *found]), budget, problem)
-        if chosen is not None and peaks.floors_held():
+        if chosen is not None and peaks.lower_bounds_held():
             break
-        # A plan predicted below its own saved bytes: the floors cannot be trusted, so
+        # A plan predicted below its own saved bytes: the lower bounds cannot be trusted, so
         # the choice is made again as it would have been without them.
         log.warning("recompute_pass: a predicted peak below its plan's saved bytes; checking every plan")
     if cap is not None and cap < min_peak:
@@ -181,8 +181,9 @@ def choose_by_peak(
             min_peak,
         )
         notes.append(f"peak cap {cap} B infeasible; lowest-peak plan used")
-    assert chosen is not None  # without floors, the lowest-peak plan fits
+    assert chosen is not None  # without lower bounds, the lowest-peak plan fits
     spared = sum(p not in peaks.known for p in dict.fromkeys([*checked, *found]))
+    # "floors" in the note means the lower bounds: reports and recorded results keep its wording.
     notes.append(
         f"peak search over {len(scored)} plans, {len(peaks.known)} checked"
         + (f" ({spared} more of the front ruled out by their floors or cost)" if spared else "")
@@ -193,8 +194,8 @@ def choose_by_peak(
 
 @dataclass
 class _ExactPeaks:
-    """Exact peaks, each asked of the scorer once, until ``stop``. ``PlanScorer.floor``
-    bounds each from below, so a plan whose floor is over what it must beat is not
+    """Exact peaks, each asked of the scorer once, until ``stop``. ``PlanScorer.lower_bound``
+    bounds each from below, so a plan whose lower bound is over what it must beat is not
     checked: the choice is the one checking every plan gives, with fewer checks (at 12
     layers, each a few seconds of Inductor lowering)."""
 
@@ -202,9 +203,9 @@ class _ExactPeaks:
     stop: float
     notes: list[str]
     known: dict[Plan, int] = field(default_factory=dict)
-    floors: dict[Plan, int] = field(default_factory=dict)
-    pushed: set[Plan] = field(default_factory=set)  # floors pushed up against a limit
-    bounded: bool = True  # False: every floor 0 (one proved wrong)
+    lower_bounds: dict[Plan, int] = field(default_factory=dict)
+    pushed: set[Plan] = field(default_factory=set)  # lower bounds pushed up against a limit
+    bounded: bool = True  # False: every lower bound 0 (one proved wrong)
 
     def of(self, plan: Plan) -> int | None:
         """None: past the time limit, so left out (the first plan is always checked)."""
@@ -223,32 +224,32 @@ class _ExactPeaks:
             self.known[plan] = self.scorer.exact(plan)
         return self.known[plan]
 
-    def floor(self, plan: Plan) -> int:
-        if plan not in self.floors:
-            self.floors[plan] = self.scorer.floor(plan)
-        return self.floors[plan] if self.bounded else 0
+    def lower_bound(self, plan: Plan) -> int:
+        if plan not in self.lower_bounds:
+            self.lower_bounds[plan] = self.scorer.lower_bound(plan)
+        return self.lower_bounds[plan] if self.bounded else 0
 
     def over(self, plan: Plan, limit: int) -> bool:
-        """Whether the plan's exact peak is over ``limit`` by its floor, pushed up (once per
+        """Whether the plan's exact peak is over ``limit`` by its lower bound, pushed up (once per
         plan, at a fraction of a check's price, before the time limit) where the plain one
         is not over."""
         if not self.bounded or plan in self.known:
             return False
-        if self.floor(plan) <= limit and plan not in self.pushed and time.monotonic() <= self.stop:
+        if self.lower_bound(plan) <= limit and plan not in self.pushed and time.monotonic() <= self.stop:
             self.pushed.add(plan)
-            self.floors[plan] = max(self.floors[plan], self.scorer.floor(plan, limit))
-        return self.floor(plan) > limit
+            self.lower_bounds[plan] = max(self.lower_bounds[plan], self.scorer.lower_bound(plan, limit))
+        return self.lower_bound(plan) > limit
 
-    def floors_held(self) -> bool:
-        return not self.bounded or all(peak >= self.floor(p) for p, peak in self.known.items())
+    def lower_bounds_held(self) -> bool:
+        return not self.bounded or all(peak >= self.lower_bound(p) for p, peak in self.known.items())
 
     def lowest(self, plans: Sequence[Plan], estimates: Mapping[Plan, int]) -> int:
         """The lowest exact peak of ``plans``: the lowest estimate first, so that the
-        others' floors are held against a low peak early, and each plan checked unless its
-        floor, pushed if need be, is over the lowest peak found, or past the time limit
+        others' lower bounds are held against a low peak early, and each plan checked unless
+        its lower bound, pushed if need be, is over the lowest peak found, or past the time limit
         (then one is checked still). Which plans are checked depends on the order; the
         answer does not: a plan passed over peaks above a peak found."""
-        for plan in sorted(plans, key=lambda p: (estimates[p], self.floor(p))):
+        for plan in sorted(plans, key=lambda p: (estimates[p], self.lower_bound(p))):
             found = [self.known[p] for p in plans if p in self.known]
             if not found:
                 self.must(plan)
@@ -258,7 +259,7 @@ class _ExactPeaks:
 
     def cheapest_fitting(self, plans: Iterable[Plan], budget: int, problem: Problem) -> Plan | None:
         """The cheapest plan whose exact peak fits ``budget``, ties to the lower peak: by
-        cost, cheapest first, checking those whose floor fits, until one fits."""
+        cost, cheapest first, checking those whose lower bound fits, until one fits."""
         best: tuple[float, int, Plan] | None = None
         for plan in sorted(plans, key=lambda p: p.cost(problem)):
             if best is not None and plan.cost(problem) > best[0]:
@@ -266,7 +267,7 @@ class _ExactPeaks:
             peak = None if self.over(plan, budget) else self.of(plan)
             if peak is not None and peak <= budget and (best is None or peak < best[1]):
                 best = (plan.cost(problem), peak, plan)
-        return None if best is None else best[2]  # None only under a wrong floor
+        return None if best is None else best[2]  # None only under a wrong lower bound
 
 
 def _at_budget_one(

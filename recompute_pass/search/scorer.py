@@ -32,9 +32,9 @@ class PlanScorer(Protocol):
         """The peak the report will say; asked for at most ``checks`` plans (plus the optimum's)."""
         ...
 
-    def floor(self, plan: Plan, over: int | None = None) -> int:
+    def lower_bound(self, plan: Plan, over: int | None = None) -> int:
         """A bound below ``exact(plan)``, fast (0: none): the search does not check a plan
-        whose floor already rules it out. With ``over`` (what the plan must not exceed to
+        whose lower bound already rules it out. With ``over`` (what the plan must not exceed to
         matter), the scorer may spend a fraction of a check to push the bound over it."""
         ...
 
