@@ -120,15 +120,23 @@ def capture_step(
 
 
 def capture_compiled(
-    gm: fx.GraphModule, example_inputs: list[object], config_patches: dict[str, Any] | None = None
+    gm: fx.GraphModule,
+    example_inputs: list[object],
+    *,
+    inductor: bool,
+    config_patches: dict[str, Any] | None = None,
 ) -> CapturedStep:
-    """The joint graph Inductor's compile of ``gm`` hands its partitioner (after Inductor's
-    joint-graph passes), the compile stopped there; inside the graph's own compile contexts."""
+    """The joint graph a compile of ``gm`` hands its partitioner (through Inductor, after
+    its joint-graph passes; or AOTAutograd's alone), the compile stopped there. Call it
+    inside the graph's own compile contexts, as the compile it stands for."""
     found: list[CapturedStep] = []
-    capturer = _CapturingPartitioner(found, "inductor")
+    capturer = _CapturingPartitioner(found, "inductor" if inductor else None)
     try:
-        with ti.inductor_config.patch(custom_partitioner_fn=capturer, force_disable_caches=True):
-            ti.compile_fx(gm, example_inputs, config_patches=config_patches)
+        if inductor:
+            with ti.inductor_config.patch(custom_partitioner_fn=capturer, force_disable_caches=True):
+                ti.compile_fx(gm, example_inputs, config_patches=config_patches)
+        else:
+            ti.eager_aot_backend(capturer)(gm, example_inputs)
     except Exception as error:
         if not found or not _caused_by_capture(error):
             raise

@@ -36,7 +36,7 @@ from recompute_pass.plan_sync import (
     PlanSyncError,
     agree,
     agree_to_fail,
-    item_keys,
+    graph_digest,
     partition_digest,
     rank_and_world,
 )
@@ -152,19 +152,26 @@ def price(
 
 @dataclass(frozen=True)
 class FixedPlan:
-    """A plan chosen elsewhere (for the whole step, ``recompute_pass.step``), by the
-    canonical names of what it saves and recomputes (``plan_sync.item_keys``), with the
-    budget it was chosen for: the step's peak budget and range."""
+    """A plan chosen elsewhere (for the whole step, ``recompute_pass.step``): the items it
+    saves and recomputes, by their index in the problem of the joint graph whose digest is
+    ``graph`` (``joint_digest``: a graph equal in structure, another block's, takes it by
+    position), with the budget it was chosen for (the step's peak budget and range)."""
 
-    saved: tuple[str, ...]
-    recomputed: tuple[str, ...]
+    graph: str
+    saved: tuple[int, ...]
+    recomputed: tuple[int, ...]
     budget_bytes: int
     min_bytes: int | None
     max_bytes: int | None
     note: str
 
     def digest(self) -> str:
-        return hashlib.sha256(repr((self.saved, self.recomputed)).encode()).hexdigest()[:16]
+        return hashlib.sha256(repr((self.graph, self.saved, self.recomputed)).encode()).hexdigest()[:16]
+
+
+def joint_digest(costed: Costed) -> str:
+    """The structure of a priced joint graph (``plan_sync.graph_digest``)."""
+    return graph_digest(costed.joint.module.graph).hex()
 
 
 def partition(
@@ -236,14 +243,12 @@ def partition(
     return result.forward, result.backward, report
 
 
-def named_plan(costed: Costed, saved: Sequence[str], recomputed: Sequence[str]) -> Plan:
-    """The plan that saves and recomputes these items (``plan_sync.item_keys`` names) of
-    this graph, checked like a solver's plan."""
-    index = {key: i for i, key in enumerate(item_keys(costed))}
-    missing = sorted(k for k in (*saved, *recomputed) if k not in index)
-    if missing:
-        raise ValueError(f"the graph lacks values the plan names: {missing[:5]}")
-    plan = Plan(frozenset(index[k] for k in saved), frozenset(index[k] for k in recomputed))
+def indexed_plan(costed: Costed, graph: str, saved: Sequence[int], recomputed: Sequence[int]) -> Plan:
+    """The plan that saves and recomputes these items of a joint graph of digest ``graph``,
+    on this one, checked like a solver's plan (a ``ValueError`` where it does not fit)."""
+    if joint_digest(costed) != graph:
+        raise ValueError("the plan was made for a joint graph of another structure")
+    plan = Plan(frozenset(saved), frozenset(recomputed))
     violations = plan.violations(costed.problem)
     if violations:
         raise ValueError(f"the plan is invalid on this graph: {violations[:5]}")
@@ -253,7 +258,7 @@ def named_plan(costed: Costed, saved: Sequence[str], recomputed: Sequence[str]) 
 def fixed_decision(costed: Costed, plan: FixedPlan, options: RecomputeOptions) -> Decision:
     """``plan`` on this graph, as a decision the report can tell."""
     return Decision(
-        plan=named_plan(costed, plan.saved, plan.recomputed),
+        plan=indexed_plan(costed, plan.graph, plan.saved, plan.recomputed),
         solver="step",
         optimal=False,
         notes=(plan.note,),

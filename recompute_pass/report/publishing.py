@@ -14,6 +14,7 @@ from recompute_pass.report.record import PartitionReport
 
 log = logging.getLogger("recompute_pass")
 
+
 class Reports(list[PartitionReport]):
     """The reports a ``capture_reports`` block collected: one ``PartitionReport`` per graph
     partitioned, and in ``steps`` one report per step planned (``recompute_pass.step``)."""

@@ -61,6 +61,7 @@ def compose(recording: StepRecording, plans: Sequence[PlanMemory | None]) -> Ste
     upper bound: it may have died within), and at a phase's start as of that start."""
     events, calls = recording.events, recording.calls
     opened: list[int] = []  # provisional calls between their forward's end and backward's end
+    grown = 0  # gradients a step from ``.grad`` None allocates, which the recorded one added in place
     best = StepPeak(0, 0, Phase.FORWARD, None)
     phase = Phase.FORWARD
     for index, event in enumerate(events):
@@ -71,25 +72,25 @@ def compose(recording: StepRecording, plans: Sequence[PlanMemory | None]) -> Ste
             plan = plans[calls[own].graph]
             assert plan is not None
             call = calls[own]
-            rise = (
-                plan.forward_peak
-                if event.kind is EventKind.FORWARD_END
-                else plan.backward_peak + call.made_gradients
-            )
-            start = previous.level + _shift(opened, previous.dead, plans, recording)
+            if event.kind is EventKind.FORWARD_END:
+                rise = plan.forward_peak
+            else:
+                rise = plan.backward_peak + call.made_gradients
+            start = previous.level + grown + _shift(opened, previous.dead, plans, recording)
             peak = StepPeak(start + rise, index, phase, own)
         else:
-            peak = StepPeak(
-                event.peak_before + _shift(opened, event.dead, plans, recording), index, phase, None
-            )
+            shift = grown + _shift(opened, event.dead, plans, recording)
+            peak = StepPeak(event.peak_before + shift, index, phase, None)
         if peak.bytes > best.bytes:
             best = peak
         if event.kind is EventKind.FORWARD_END and calls[event.call].provisional:
             opened.append(event.call)
         elif event.kind is EventKind.BACKWARD_START:
             phase = Phase.BACKWARD
-        elif event.kind is EventKind.BACKWARD_END and event.call in opened:
-            opened.remove(event.call)
+        elif event.kind is EventKind.BACKWARD_END:
+            grown += calls[event.call].accumulated
+            if event.call in opened:
+                opened.remove(event.call)
     return best
 
 

@@ -25,8 +25,7 @@ from torch import fx
 
 from recompute_pass import torch_internals as ti
 from recompute_pass.memory.liveness import PeakEstimate, storage_base
-from recompute_pass.partitioner import Priced, named_plan
-from recompute_pass.plan_sync import item_keys
+from recompute_pass.partitioner import Priced, indexed_plan, joint_digest
 from recompute_pass.realization import PlanNodes
 from recompute_pass.search.peak_budget import segment_plans
 from recompute_pass.solver.frontier import Relaxation, hull
@@ -34,6 +33,9 @@ from recompute_pass.solver.problem import Plan
 from recompute_pass.step.recording import PlanMemory
 
 log = logging.getLogger(__name__)
+
+# A plan a graph's compiled code runs: its joint graph's digest, the items saved and recomputed.
+RunningPlan = tuple[str, tuple[int, ...], tuple[int, ...]]
 
 # Plans of a graph whose exact timeline is predicted for the step (each one an Inductor
 # lowering under torch.compile, or a composition of its blocks' on a deep graph).
@@ -43,8 +45,8 @@ MAX_EXACT = 8
 @dataclass(frozen=True)
 class FrontPlan:
     memory: PlanMemory
-    saved: tuple[str, ...]  # canonical item names (``plan_sync.item_keys``)
-    recomputed: tuple[str, ...]
+    saved: tuple[int, ...]  # item indices of the graph's problem (``partitioner.FixedPlan``)
+    recomputed: tuple[int, ...]
     own_peak: int  # the graph's own predicted peak under this plan, alone
     recompute_flops: int
 
@@ -52,6 +54,7 @@ class FrontPlan:
 @dataclass(frozen=True)
 class GraphFront:
     plans: tuple[FrontPlan, ...]
+    graph: str  # the joint graph's digest (``partitioner.joint_digest``)
     searched: int  # plans of the family estimated
     seconds: float
     current: int | None = None  # the plan its compiled graphs run already, if any
@@ -83,17 +86,17 @@ def plan_memory(estimate: PeakEstimate, *, cost: float, saved: Boundaries, exact
     )
 
 
-def front(priced: Priced, current: tuple[Sequence[str], Sequence[str]] | None = None) -> GraphFront:
-    """The graph's plans for the step (see the module docstring). ``current``: the plan
-    (saved and recomputed names) its compiled graphs run already; it joins the front, so
-    that keeping it is a choice (``GraphFront.current``)."""
+def front(priced: Priced, current: RunningPlan | None = None) -> GraphFront:
+    """The graph's plans for the step (see the module docstring). ``current``: the plan its
+    compiled graphs run already (a ``ValueError`` if it is not this graph's); it joins the
+    front, so that keeping it is a choice (``GraphFront.current``)."""
     start = time.perf_counter()
     costed = priced.costed
     problem = costed.problem
     scorer = priced.scorer({})
     frontier = hull(Relaxation.of(problem), deadline=time.monotonic() + priced.options.time_limit)
     family = list(dict.fromkeys([frontier[-1], *reversed(frontier[:-1]), *segment_plans(problem)]))
-    running = named_plan(costed, *current) if current is not None else None
+    running = indexed_plan(costed, *current) if current is not None else None
     joint = costed.joint
     primals = [n for n in joint.module.graph.nodes if ti.is_primal(n)]
     (output,) = joint.module.graph.find_nodes(op="output")
@@ -108,7 +111,6 @@ def front(priced: Priced, current: tuple[Sequence[str], Sequence[str]] | None = 
     chosen = select({p: estimated[p] for p in family}, MAX_EXACT)
     if running is not None and running not in chosen:
         chosen.append(running)
-    keys = item_keys(costed)
     plans = []
     for plan in chosen:
         if scorer.walked:
@@ -119,14 +121,14 @@ def front(priced: Priced, current: tuple[Sequence[str], Sequence[str]] | None = 
         plans.append(
             FrontPlan(
                 memory=memory,
-                saved=tuple(sorted(keys[i] for i in plan.saved)),
-                recomputed=tuple(sorted(keys[i] for i in plan.recomputed)),
+                saved=tuple(sorted(plan.saved)),
+                recomputed=tuple(sorted(plan.recomputed)),
                 own_peak=own,
                 recompute_flops=sum(costed.flops[i] for i in plan.recomputed if i < len(costed.flops)),
             )
         )
     index = chosen.index(running) if running is not None else None
-    return GraphFront(tuple(plans), len(family), time.perf_counter() - start, index)
+    return GraphFront(tuple(plans), joint_digest(costed), len(family), time.perf_counter() - start, index)
 
 
 def select(estimated: dict[Plan, PlanMemory], limit: int) -> list[Plan]:

@@ -36,10 +36,10 @@ from recompute_pass.graph.costing import Costed
 from recompute_pass.graph.plan_sizes import planned_hints
 from recompute_pass.memory import liveness
 from recompute_pass.options import RecomputeOptions
-from recompute_pass.partitioner import FixedPlan, RecomputePartitioner, partition
-from recompute_pass.plan_sync import graph_digest, item_keys
+from recompute_pass.partitioner import FixedPlan, RecomputePartitioner, joint_digest, partition
+from recompute_pass.plan_sync import graph_digest
 from recompute_pass.solver.problem import Plan
-from recompute_pass.step.fronts import Boundaries, plan_memory
+from recompute_pass.step.fronts import Boundaries, RunningPlan, plan_memory
 from recompute_pass.step.recording import PlanMemory
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ class StepGraph:
         self.recorded: PlanMemory | None = None  # the provisional plan's memory
         self.compiled: Callable[..., Any] | None = None
         self.plan: FixedPlan | None = None  # the step's plan, once chosen
-        self.current: tuple[tuple[str, ...], tuple[str, ...]] | None = None  # what its graphs run
+        self.current: RunningPlan | None = None  # the plan its compiled graphs run
         (output,) = gm.graph.find_nodes(op="output")
         self.output_names = tuple(getattr(v, "name", "") for v in _flat(output.args[0]))
         self.compile_seconds = 0.0
@@ -102,6 +102,8 @@ class StepGraph:
     def __call__(self, *args: Any) -> Any:
         if self.compiled is not None and self.recorded_once and not self.planner.recording:
             return self.compiled(*args)
+        if any(ti.is_fake_tensor(a) for a in args):  # run while tracing (DDPOptimizer): not a step
+            return self.run()(*args)
         return self.planner.call(self, args)
 
     @property
@@ -124,10 +126,16 @@ class StepGraph:
         self.compile_seconds += time.perf_counter() - start
 
     def captured(self) -> CapturedStep:
-        """The joint graph the final compile will partition."""
+        """The joint graph the final compile will partition: traced as it will be (the same
+        route, contexts and fake inputs), so that the plan's names are that graph's."""
         if self.joint is None:
             with self.context.restored(), torch.enable_grad():
-                self.joint = capture_compiled(_copy(self.module), list(self.inputs), self.config_patches)
+                self.joint = capture_compiled(
+                    _copy(self.module),
+                    list(self.inputs),
+                    inductor=self.inductor,
+                    config_patches=self.config_patches,
+                )
         return self.joint
 
     def _compile(
@@ -145,8 +153,6 @@ class StepGraph:
     ) -> tuple[fx.GraphModule, fx.GraphModule]:
         users = kwargs["num_fwd_outputs"]
         static = tuple(kwargs.get("static_lifetime_input_indices") or ())
-        if not self.inductor:  # without codegen this is the joint graph the final compile sees
-            self.joint = CapturedStep(_copy(gm), users, static, None)
         options = self.options.replace(**PROVISIONAL)
         try:
             forward, backward, _ = partition(
@@ -168,8 +174,8 @@ class Planner(Protocol):
 
 
 class StepPartitioner(RecomputePartitioner):
-    """Our partitioner for a step's graph: the planner's plan where it chose one; and the
-    joint graph kept for the planner, where no provisional compile kept it."""
+    """Our partitioner for a step's graph: the planner's plan where it chose one; tells
+    the graph which plan it compiled (``StepGraph.current``)."""
 
     def __init__(self, graph: StepGraph, plan: FixedPlan | None) -> None:
         super().__init__(graph.options, plan=plan)
@@ -177,24 +183,12 @@ class StepPartitioner(RecomputePartitioner):
         self.chosen = self._keep
 
     def _keep(self, costed: Costed, plan: Plan) -> None:
-        keys = item_keys(costed)
-        self.graph.current = (
-            tuple(sorted(keys[i] for i in plan.saved)),
-            tuple(sorted(keys[i] for i in plan.recomputed)),
-        )
+        self.graph.current = (joint_digest(costed), tuple(sorted(plan.saved)), tuple(sorted(plan.recomputed)))
 
     def __deepcopy__(self, memo: dict[int, object]) -> StepPartitioner:
         """Inductor copies its config (this among it) for repro strings; the graph it
         reports to holds the compile's fake inputs, which cannot be copied."""
         return self
-
-    def __call__(self, gm: fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any) -> Any:
-        if self.graph.joint is None:
-            static = tuple(kwargs.get("static_lifetime_input_indices") or ())
-            self.graph.joint = CapturedStep(
-                _copy(gm), kwargs["num_fwd_outputs"], static, kwargs.get("compiler")
-            )
-        return super().__call__(gm, joint_inputs, **kwargs)
 
 
 def step_budget(options: RecomputeOptions) -> bool:

@@ -42,8 +42,9 @@ from recompute_pass.step.solve import StepChoice, choose
 log = logging.getLogger(__name__)
 
 # Steps a waiting graph runs provisionally, unrecorded (a profiler of the user's was
-# running), before it is planned alone.
-MAX_WAITS = 3
+# running) or recorded unlike the steps to come (it compiled, it accumulated gradients),
+# before it is planned alone or with that recording.
+MAX_WAITS = 8
 # Calls a recorded step may make before it is taken for one whose backward never comes
 # (forward passes without backward: an evaluation under grad mode, an error).
 MAX_CALLS = 4096
@@ -126,11 +127,12 @@ class StepPlanner:
         recorder, self.recorder = self.recorder, None
         assert recorder is not None
         self.armed = True
-        if recording.compiles:  # a step that compiled: its levels are not the next steps'
-            log.info(
-                "recompute_pass: the recorded step compiled %d frames; recording the next", recording.compiles
-            )
+        unlike = _unlike_later_steps(recording)
+        if unlike and self.waits < MAX_WAITS:
+            self.waits += 1
+            log.info("recompute_pass: the recorded step %s; recording the next", unlike)
             return
+        self.waits = 0
         graphs: list[StepGraph] = list(recorder.graphs)  # type: ignore[arg-type]
         start = time.perf_counter()
         try:
@@ -183,8 +185,13 @@ class StepPlanner:
                 replanned = [g for g in compiled if g.current is not None]
         elif waiting:
             replanned = [g for g in compiled if g.current is not None]
-        for graph in replanned:
-            found = front_of(graph)
+        for graph in list(replanned):
+            try:
+                found = front_of(graph)
+            except ValueError:  # its compiled plan is not one of this trace's: it stays
+                log.debug("recompute_pass: %s keeps its plan", graph.name, exc_info=True)
+                replanned.remove(graph)
+                continue
             assert found.current is not None
             recording = recording.planned_under(graphs.index(graph), found.plans[found.current].memory)
         chosen = [*waiting, *replanned]
@@ -199,12 +206,13 @@ class StepPlanner:
             if graph in replanned and plan_index == found.current:
                 continue  # its compiled plan stays
             plan = found.plans[plan_index]
-            graph.finish(_fixed(plan.saved, plan.recomputed, choice))
+            graph.finish(_fixed(found.graph, plan.saved, plan.recomputed, choice))
         return build_step_report(recording, graphs, fronts, choice, options, chosen)
 
 
-def _fixed(saved: Sequence[str], recomputed: Sequence[str], choice: StepChoice) -> FixedPlan:
+def _fixed(graph: str, saved: tuple[int, ...], recomputed: tuple[int, ...], choice: StepChoice) -> FixedPlan:
     return FixedPlan(
+        graph=graph,
         saved=tuple(saved),
         recomputed=tuple(recomputed),
         budget_bytes=choice.budget,
@@ -212,6 +220,15 @@ def _fixed(saved: Sequence[str], recomputed: Sequence[str], choice: StepChoice) 
         max_bytes=choice.fastest,
         note=f"chosen for the step: step peak {choice.peak.bytes:,} B predicted, budget {choice.budget:,} B",
     )
+
+
+def _unlike_later_steps(recording: StepRecording) -> str:
+    """Why the recorded step's memory is not that of the steps to come ("": it is)."""
+    if recording.compiles:  # compiling holds real tensors a step without it frees
+        return f"compiled {recording.compiles} frames"
+    if recording.accumulating:
+        return "began with parameter gradients (accumulated), which a step allocates from none"
+    return ""
 
 
 def _step_options(graphs: Sequence[StepGraph]) -> Any:

@@ -42,6 +42,8 @@ class Recorder:
         self.sizes: list[int] = []
         self.index: dict[int, int] = {}  # id(tensor) -> boundary, while the tensor lives
         self.prologue: list[tuple[int, weakref.ref[torch.Tensor], bool]] = []
+        # id(parameter) -> (the last call reading it, the parameter, its .grad's address)
+        self.accumulating: dict[int, tuple[int, weakref.ref[torch.Tensor], int]] = {}
         self.backward_started = False
         self.ended = False
         self.watch = ti.BackwardWatch(self._backward_returned)
@@ -70,6 +72,9 @@ class Recorder:
             self._note_prologue(args)
         call = len(self.calls)
         graph = self.graphs.index(key)
+        for value in args:  # the last call that reads a parameter is the first to give it a gradient
+            if _storage(value) is not None and value.is_leaf and value.grad is not None:
+                self.accumulating[id(value)] = (call, weakref.ref(value), value.grad.data_ptr())
         self.calls.append(Call(graph, False, inputs, (), None))
         self._mark(EventKind.FORWARD_START, call)
         outputs = run(*args)
@@ -131,6 +136,8 @@ class Recorder:
         self._release()
         points = self.meter.stop()
         prologue = self._prologue_bytes()
+        for call, size in self._accumulated().items():
+            self.calls[call] = dataclasses.replace(self.calls[call], accumulated=size)
         events = tuple(
             Event(kind, call, level + prologue, peak + prologue, dead)
             for (kind, call, dead), (level, peak) in zip(self.marks, points, strict=True)
@@ -143,19 +150,34 @@ class Recorder:
             prologue_bytes=prologue,
             device=self.device.type,
             compiles=ti.frames_compiled() - self.frames,
+            accumulating=bool(self.accumulating),
         )
         self.on_end(recording)
 
+    def _accumulated(self) -> dict[int, int]:
+        """Per call, the bytes of the gradients its backward added into a ``.grad`` in
+        place (the same storage after as before; one replaced was allocated in the step,
+        and the profile counts it)."""
+        found: dict[int, int] = {}
+        for call, ref, address in self.accumulating.values():
+            parameter = ref()
+            grad = parameter.grad if parameter is not None else None
+            if grad is not None and grad.data_ptr() == address:
+                found[call] = found.get(call, 0) + grad.numel() * grad.element_size()
+        return found
+
     def _boundary(self, value: object) -> int | None:
-        """The boundary index of a tensor argument (the same tensor, the same index)."""
-        if not isinstance(value, torch.Tensor):
+        """The boundary index of a tensor argument (the same tensor, the same index; None:
+        not a plain tensor, whose storage says its bytes)."""
+        storage = _storage(value)
+        if storage is None:
             return None
         known = self.index.get(id(value))
         if known is not None and self.tensors[known]() is value:
             return known
         self.index[id(value)] = len(self.tensors)
-        self.tensors.append(weakref.ref(value))
-        self.sizes.append(value.untyped_storage().nbytes())
+        self.tensors.append(weakref.ref(value))  # type: ignore[arg-type]
+        self.sizes.append(storage[1])
         return len(self.tensors) - 1
 
     def _note_prologue(self, args: Sequence[Any]) -> None:
@@ -164,16 +186,26 @@ class Recorder:
         buffers and batch, which outlive it)."""
         seen: set[int] = set()
         for value in args:
-            if not isinstance(value, torch.Tensor) or isinstance(value, torch.nn.Parameter):
+            storage = _storage(value)
+            if storage is None or isinstance(value, torch.nn.Parameter) or storage[0] in seen:
                 continue
-            storage = value.untyped_storage()
-            if storage.data_ptr() in seen or (value.is_leaf and value.requires_grad):
+            assert isinstance(value, torch.Tensor)
+            if value.is_leaf and value.requires_grad:
                 continue
-            seen.add(storage.data_ptr())
-            self.prologue.append((storage.nbytes(), weakref.ref(value), value.grad_fn is not None))
+            seen.add(storage[0])
+            self.prologue.append((storage[1], weakref.ref(value), value.grad_fn is not None))
 
     def _prologue_bytes(self) -> int:
         return sum(size for size, ref, made in self.prologue if made or ref() is None)
+
+
+def _storage(value: object) -> tuple[int, int] | None:
+    """A plain tensor's storage: its address and bytes (None for anything else: a tensor
+    subclass wrapping others, a fake tensor, a non-tensor)."""
+    if type(value) not in (torch.Tensor, torch.nn.Parameter):
+        return None
+    storage = value.untyped_storage()  # type: ignore[attr-defined]
+    return storage.data_ptr(), storage.nbytes()
 
 
 def _gradient_bytes(output: object) -> int:

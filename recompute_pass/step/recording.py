@@ -84,6 +84,9 @@ class Call:
     # none (a KV cache) gets zeros from AOTAutograd inside the backward, where a plan's
     # predicted backward counts every gradient as allocated when it starts.
     made_gradients: int = 0
+    # Bytes of parameter gradients its backward added into ``.grad`` already there (the
+    # recorded step accumulated): a step starting from ``.grad`` None allocates them.
+    accumulated: int = 0
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,9 @@ class StepRecording:
     # inputs, the frame's locals) that a step without it frees, so such a step's levels
     # are not the steps' to come.
     compiles: int = 0
+    # Whether some parameter had a ``.grad`` when the step began (gradient accumulation):
+    # the project's step begins from none, whose allocation such a step does not show.
+    accumulating: bool = False
 
     def multiplicity(self, graph: int) -> int:
         """How many times the graph ran in the step."""
