@@ -24,6 +24,10 @@ from recompute_pass.partitioner import Priced, partition, price
 from recompute_pass.report.record import PartitionReport
 
 
+class NotOneGraph(ValueError):
+    """The step compiles to several graphs (a graph break), or none."""
+
+
 class _Captured(Exception):
     """Raised by the capturing partitioner: the compile has given what was wanted."""
 
@@ -94,8 +98,9 @@ def capture_step(
 ) -> CapturedStep:
     """The joint graph of ``model(*inputs)`` (a scalar loss) traced ``dynamic=True``.
 
-    The step must compile to one graph (``fullgraph``): a graph break would leave a step
-    whose peak no single graph predicts. Caches are off for the capture.
+    The step must compile to one graph (``fullgraph``; ``NotOneGraph`` otherwise): a graph
+    break would leave a step whose peak no single graph predicts. Caches are off for the
+    capture.
     """
     found: list[CapturedStep] = []
     capturer = _CapturingPartitioner(found, "inductor" if inductor else None)
@@ -111,11 +116,13 @@ def capture_step(
         with ti.inductor_config.patch(force_disable_caches=True):
             loss = compiled(*inputs)
             loss.backward()  # reached only if the partitioner was never called
+    except ti.GraphBreak as error:
+        raise NotOneGraph(f"the step does not compile to one graph ({type(error).__name__})") from error
     except Exception as error:
         if not found or not _caused_by_capture(error):
             raise
     if len(found) != 1:
-        raise ValueError(f"the step compiled to {len(found)} joint graphs; fit_longest needs exactly one")
+        raise NotOneGraph(f"the step compiled to {len(found)} joint graphs")
     return found[0]
 
 

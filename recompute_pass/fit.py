@@ -17,6 +17,7 @@ whose own probe fits.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import math
@@ -28,12 +29,16 @@ from dataclasses import dataclass
 import torch
 
 from recompute_pass.backend import RecomputeBackend, recompute_backend
-from recompute_pass.capture import CapturedStep, capture_step
+from recompute_pass.capture import CapturedStep, NotOneGraph, capture_step
 from recompute_pass.graph.sized_inputs import SizedInputs
 from recompute_pass.options import RecomputeOptions
-from recompute_pass.report.record import PartitionReport
+from recompute_pass.report import PartitionReport, capture_reports
+from recompute_pass.step import PLANNER, StepReport
 
 log = logging.getLogger(__name__)
+
+# How a step of several graphs is compiled: ``compile(model, backend)`` returns what runs.
+Compile = Callable[[Callable[..., torch.Tensor], RecomputeBackend], Callable[..., torch.Tensor]]
 
 # Under Inductor, the share of the cap left free for buffers its memory plan cannot show
 # before code generation: a C++ kernel keeps a buffer it would drop when a loop loads what
@@ -45,16 +50,15 @@ INDUCTOR_HEADROOM = 0.002
 @dataclass(frozen=True)
 class Probe:
     """One size planned under the cap: the plan chosen (the cheapest whose predicted peak
-    fits, else the lowest-peak plan) and the lowest predicted peak of the plans checked."""
+    fits, else the lowest-peak plan), its predicted peak and estimated overhead over the
+    fastest plan, and the lowest predicted peak of the plans checked; ``report``: the
+    graph's (one graph) or the step's (several)."""
 
     size: int
     lowest_peak_bytes: int
-    report: PartitionReport
-
-    @property
-    def peak_bytes(self) -> int:
-        """The chosen plan's predicted peak."""
-        return int(self.report.predicted_peak_bytes or 0)
+    peak_bytes: int
+    overhead_seconds: float
+    report: PartitionReport | StepReport
 
     def fits(self, cap: int) -> bool:
         return self.peak_bytes <= cap
@@ -96,35 +100,59 @@ def fit_longest(
     multiple_of: int = 1,
     backend: RecomputeBackend = recompute_backend,
     headroom: float | None = None,
+    compile: Compile | None = None,
 ) -> FitResult:
     """The largest ``n`` in ``[low, high]``, a multiple of ``multiple_of``, at which some
     plan's predicted peak (README, "Budget semantics": the step's peak above the level
     before the forward) is at most ``memory_cap`` bytes.
 
     ``make_inputs(n)``: the step's inputs at size ``n`` (a tuple, or one tensor), for
-    ``model(*inputs)`` returning a scalar loss, compiled to one graph. ``backend``: whose
-    options (solver, device, peak model) plan, and whether Inductor will compile
-    (``recompute_backend``) or not (``recompute_eager_backend``); the peak model follows.
-    One ``dynamic=True`` trace serves every size; about log2((high - low) / multiple_of)
-    sizes are planned. ``headroom``: the share of the cap left free for what the peak model
-    cannot see, in [0, 0.5); default ``INDUCTOR_HEADROOM`` under Inductor, 0 without codegen.
+    ``model(*inputs)`` returning a scalar loss. ``backend``: whose options (solver, device,
+    peak model) plan, and whether Inductor will compile (``recompute_backend``) or not
+    (``recompute_eager_backend``); the peak model follows. About
+    log2((high - low) / multiple_of) sizes are planned. ``headroom``: the share of the cap
+    left free for what the peak model cannot see, in [0, 0.5); default
+    ``INDUCTOR_HEADROOM`` under Inductor, 0 without codegen.
+
+    A model that compiles to one graph is traced once, ``dynamic=True``, and each size
+    planned from that trace. A step of several graphs (a graph break; ``compile``, which
+    compiles the model as it will train: ``compile(model, backend)`` returns what to call,
+    per block say) is planned at each size it probes as the step planner plans it
+    (``recompute_pass.step``): a few steps at that size with provisional plans and nothing
+    compiled for real, so each probe costs steps and traces, not code generation. Compile
+    the model the same way with ``fit.backend`` afterwards (the blocks keep the probes'
+    backend until then).
     """
     cap, grid = _validate(memory_cap, low, high, multiple_of)
     margin = _validate_headroom(headroom, backend)
     kept_free = math.ceil(cap * margin)
     planned = cap - kept_free  # what every plan's predicted peak must fit
     sized = SizedInputs.of(model, make_inputs, grid[0], grid[-1] if len(grid) > 1 else grid[0] + multiple_of)
-    trace = next((n for n in (grid[len(grid) // 2], grid[-1], grid[0]) if not sized.collides(n)), grid[-1])
     start = time.perf_counter()
-    captured = capture_step(model, sized.args(trace), inductor=backend.inductor)
-    log.info("fit_longest: captured the joint graph at n=%d in %.1f s", trace, time.perf_counter() - start)
     options = backend.options().replace(peak_memory_bytes=planned, memory_budget_bytes=None, fallback=False)
+    step: Callable[[int], Probe] | None = None
+    captured = None
+    if compile is None:
+        trace = next(
+            (n for n in (grid[len(grid) // 2], grid[-1], grid[0]) if not sized.collides(n)), grid[-1]
+        )
+        try:
+            captured = capture_step(model, sized.args(trace), inductor=backend.inductor)
+            log.info(
+                "fit_longest: captured the joint graph at n=%d in %.1f s", trace, time.perf_counter() - start
+            )
+        except NotOneGraph as error:
+            log.info("fit_longest: %s; planning each size's step", error)
+            compile = compile_whole
+    if compile is not None:
+        fitted = backend.with_options(peak_memory_bytes=planned, memory_budget_bytes=None, fallback=False)
+        step = functools.partial(_step_probe, model, sized, compile, fitted)
     probes: dict[int, Probe] = {}
 
     def probe(index: int) -> Probe:
         n = grid[index]
         if n not in probes:
-            probes[n] = _probe(captured, sized, options, n)
+            probes[n] = step(n) if step is not None else _probe(captured, sized, options, n)  # type: ignore[arg-type]
         return probes[n]
 
     if not probe(0).fits(planned):
@@ -140,26 +168,86 @@ def fit_longest(
             fits, fails = (mid, fails) if probe(mid).fits(planned) else (fits, mid)
         best = fits
     chosen = probes[grid[best]]
-    notes = _monotonicity_notes(probes)
-    report = chosen.report
-    fastest = min((cost for _, cost in report.frontier), default=report.estimated_step_overhead or 0.0)
-    plan_sizes = sized.plan_sizes(chosen.size, captured.shape_env())
+    # Several graphs: the step is planned where it runs (static shapes); one graph: at the
+    # planned sizes from the one symbolic trace.
+    plan_sizes = () if captured is None else sized.plan_sizes(chosen.size, captured.shape_env())
     result = FitResult(
         size=chosen.size,
         backend=backend.with_options(
-            peak_memory_bytes=planned, memory_budget_bytes=None, plan_sizes=plan_sizes
+            peak_memory_bytes=planned, memory_budget_bytes=None, plan_sizes=plan_sizes or None
         ),
-        predicted_peak_bytes=int(report.predicted_peak_bytes or 0),
-        estimated_overhead_seconds=max(0.0, float(report.estimated_step_overhead or 0.0) - fastest),
-        summary=report.to_text(),
+        predicted_peak_bytes=chosen.peak_bytes,
+        estimated_overhead_seconds=chosen.overhead_seconds,
+        summary=chosen.report.to_text(),
         memory_cap=cap,
         headroom_bytes=kept_free,
         plan_sizes=plan_sizes,
         probes=tuple(probes[n] for n in sorted(probes)),
-        notes=notes,
+        notes=_monotonicity_notes(probes),
     )
     log.info("fit_longest: %s (%d sizes planned in %.1f s)", result, len(probes), time.perf_counter() - start)
     return result
+
+
+def compile_whole(
+    model: Callable[..., torch.Tensor], backend: RecomputeBackend
+) -> Callable[..., torch.Tensor]:
+    """``fit_longest``'s default route for a step of several graphs: ``torch.compile`` of the
+    whole model (graph breaks make the graphs)."""
+    return torch.compile(model, backend=backend)  # type: ignore[return-value]
+
+
+# Steps a probe of a step of several graphs may run before its plan is made (the first
+# compiles: ``step.planner`` records the next).
+PROBE_STEPS = 4
+
+
+def _step_probe(
+    model: Callable[..., torch.Tensor],
+    sized: SizedInputs,
+    compile: Compile,
+    backend: RecomputeBackend,
+    n: int,
+) -> Probe:
+    """Size ``n`` of a step of several graphs: the model compiled by ``compile`` at ``n``,
+    run (provisional plans, no codegen) until the step is recorded and planned under the
+    cap, with nothing compiled for real; gradients left None, random state restored."""
+    start = time.perf_counter()
+    parameters = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
+    torch.compiler.reset()
+    PLANNER.reset()
+    try:
+        compiled = compile(model, backend)
+        args = sized.args(n)
+        with PLANNER.only_planning(), capture_reports() as reports, torch.random.fork_rng():
+            for _ in range(PROBE_STEPS):
+                compiled(*args).backward()
+                for parameter in parameters:
+                    parameter.grad = None
+                if reports.steps:
+                    break
+    finally:
+        torch.compiler.reset()
+        PLANNER.reset()
+    if not reports.steps:
+        raise RuntimeError(f"fit_longest: the step at n={n} was not planned in {PROBE_STEPS} steps")
+    report = reports.steps[-1]
+    lowest = report.lowest_bytes if report.lowest_bytes is not None else report.predicted_peak_bytes
+    probe = Probe(
+        n,
+        min(lowest, report.predicted_peak_bytes),
+        report.predicted_peak_bytes,
+        report.estimated_overhead,
+        report,
+    )
+    log.info(
+        "fit_longest: n=%d lowest predicted step peak %d B, plan %d B (%.1f s)",
+        n,
+        probe.lowest_peak_bytes,
+        probe.peak_bytes,
+        time.perf_counter() - start,
+    )
+    return probe
 
 
 def _validate(memory_cap: object, low: object, high: object, multiple_of: object) -> tuple[int, list[int]]:
@@ -196,7 +284,10 @@ def _probe(captured: CapturedStep, sized: SizedInputs, options: RecomputeOptions
     assert report.min_bytes is not None and report.predicted_peak_bytes is not None
     # The range's low end is the plan lowest by the fast estimate, checked exactly; the
     # choice, also checked, can be lower still.
-    probe = Probe(n, min(report.min_bytes, report.predicted_peak_bytes), report)
+    fastest = min((cost for _, cost in report.frontier), default=report.estimated_step_overhead or 0.0)
+    overhead = max(0.0, float(report.estimated_step_overhead or 0.0) - fastest)
+    peak = int(report.predicted_peak_bytes)
+    probe = Probe(n, min(report.min_bytes, peak), peak, overhead, report)
     log.info(
         "fit_longest: n=%d lowest predicted peak %d B, plan %d B (%.1f s)",
         n,

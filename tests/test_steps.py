@@ -262,3 +262,61 @@ def test_per_block_with_hfs_kv_cache_reports_what_the_caller_holds() -> None:
 @pytest.mark.parametrize("route", ["block", "break"])
 def test_a_step_of_many_graphs_meets_its_budget_through_inductor(route: str) -> None:
     _check_route(route, recompute_pass.recompute_backend)
+
+
+def test_fit_longest_plans_each_size_of_a_step_compiled_per_block() -> None:
+    """``fit_longest`` on a per-block compile: each probed size is a step planned under the
+    cap (nothing compiled for real); the size found fits when run, the next does not."""
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=DIM,
+        intermediate_size=176,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=1024,
+        use_cache=False,
+    )
+    model = _Loss(transformers.LlamaForCausalLM(config))
+    cap = 2_000_000
+
+    def tokens(n: int) -> tuple[torch.Tensor]:
+        return (torch.randint(0, VOCAB, (2, n), generator=torch.Generator().manual_seed(1)),)
+
+    def per_block(wrapped: _Loss, backend: object) -> _Loss:
+        for layer in wrapped.model.model.layers:
+            layer.compile(backend=backend)
+        return wrapped
+
+    backend = recompute_pass.recompute_eager_backend
+    fit = recompute_pass.fit_longest(
+        model, tokens, cap, low=64, high=1024, multiple_of=64, backend=backend, compile=per_block
+    )
+    assert 64 <= fit.size < 1024 and fit.plan_sizes == ()
+    assert fit.predicted_peak_bytes <= cap
+    peaks = {}
+    for n in (fit.size, fit.size + 64):
+        PLANNER.reset()
+        torch.compiler.reset()
+        compiled = per_block(model, fit.backend)
+        for _ in range(2):  # until planned (a step that compiled is recorded again)
+            compiled(*tokens(n)).backward()
+            model.zero_grad(set_to_none=True)
+        peaks[n], _ = step_memory(
+            lambda n=n, compiled=compiled: compiled(*tokens(n)),
+            lambda loss: loss.backward(),
+            torch.device("cpu"),
+        )
+        model.zero_grad(set_to_none=True)
+    assert peaks[fit.size].peak_bytes == pytest.approx(fit.predicted_peak_bytes, rel=0.01)
+    assert peaks[fit.size].peak_bytes <= cap < peaks[fit.size + 64].peak_bytes
+
+
+class _Loss(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=tokens, labels=tokens).loss

@@ -48,6 +48,8 @@ class StepPeak:
 def _after(event: Event, recording: StepRecording) -> str:
     if event.kind is EventKind.END:
         return "after the backward"
+    if event.kind is EventKind.STEP_START:
+        return "before the first graph"
     graph = recording.graphs[recording.calls[event.call].graph]
     return f"after the {event.kind.value.replace(' start', '').replace(' end', '')} of {graph}"
 

@@ -21,10 +21,11 @@ for a plan, and the step being recorded.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -56,6 +57,8 @@ class StepPlanner:
         self.recorder: Recorder | None = None
         self.armed = True  # the next call starts a step
         self.waits = 0
+        self.hook: Any = None  # a global forward pre-hook waiting for the next step's start
+        self.planning_only = False  # choose and report, compile nothing (``fit_longest``'s probes)
         self.last: tuple[StepRecording, StepChoice, list] | None = None  # the last plan, for inspection
 
     @property
@@ -68,7 +71,7 @@ class StepPlanner:
 
     def call(self, graph: StepGraph, args: Sequence[Any]) -> Any:
         if self.recorder is None and self.armed and len(self.waiting) > 0:
-            self._start(args)
+            self._start(args, from_step_start=False)
         recorder = self.recorder
         if recorder is not None and len(recorder.calls) >= MAX_CALLS:
             recorder.abort()
@@ -84,9 +87,25 @@ class StepPlanner:
         return outputs
 
     def _arm(self) -> None:
+        """A backward pass ended: the next step starts at the next module call, which a
+        global forward pre-hook catches (removed as it fires), so that the recording starts
+        there rather than at the first graph: what runs before it (embeddings, FSDP's
+        gathers) is measured, not estimated."""
         self.armed = True
+        if self.hook is None and len(self.waiting) > 0:
+            self.hook = ti.register_module_forward_pre_hook(self._step_starts)
 
-    def _start(self, args: Sequence[Any]) -> None:
+    def _step_starts(self, module: Any, args: Any) -> None:
+        self._unhook()
+        if self.recorder is None and self.armed and len(self.waiting) > 0:
+            self._start(args, from_step_start=True)
+
+    def _unhook(self) -> None:
+        if self.hook is not None:
+            self.hook.remove()
+            self.hook = None
+
+    def _start(self, args: Sequence[Any], *, from_step_start: bool) -> None:
         device = _device(args)
         self.armed = False
         if not Recorder.can_measure(device):
@@ -101,6 +120,8 @@ class StepPlanner:
             return
         self.waits = 0
         self.recorder = Recorder(device, self._ended)
+        if from_step_start:
+            self.recorder.begin()
 
     def _give_up(self, why: str) -> None:
         """Plan each waiting graph alone, as without a step: one warning."""
@@ -116,21 +137,34 @@ class StepPlanner:
         self.waiting.clear()
         self.armed = True
 
+    @contextlib.contextmanager
+    def only_planning(self) -> Iterator[None]:
+        """Inside, a planned step chooses and reports, and its graphs stay provisional
+        (nothing is compiled): ``fit_longest`` probes sizes so."""
+        self.planning_only = True
+        try:
+            yield
+        finally:
+            self.planning_only = False
+
     def reset(self) -> None:
         """Forget the step being recorded and the graphs waiting (``torch.compiler.reset``
         forgets the graphs themselves)."""
         if self.recorder is not None:
             self.recorder.abort()
+        self._unhook()
+        planning_only = self.planning_only
         self.__init__()  # type: ignore[misc]
+        self.planning_only = planning_only
 
     def _ended(self, recording: StepRecording) -> None:
         recorder, self.recorder = self.recorder, None
         assert recorder is not None
-        self.armed = True
         unlike = _unlike_later_steps(recording)
         if unlike and self.waits < MAX_WAITS:
             self.waits += 1
             log.info("recompute_pass: the recorded step %s; recording the next", unlike)
+            self._arm()
             return
         self.waits = 0
         graphs: list[StepGraph] = list(recorder.graphs)  # type: ignore[arg-type]
@@ -148,6 +182,7 @@ class StepPlanner:
         for graph in graphs:
             graph.recorded_once = True
             self.waiting.discard(graph)
+        self._arm()
         if report is not None:
             publish_step(report.timed(planning=time.perf_counter() - start))
 
@@ -200,7 +235,7 @@ class StepPlanner:
         self.last = (recording, choice, memories)
         for index, graph in enumerate(graphs):
             plan_index = choice.choice[index]
-            if graph not in chosen or plan_index is None:
+            if graph not in chosen or plan_index is None or self.planning_only:
                 continue
             found = fronts[graph.key]
             if graph in replanned and plan_index == found.current:
@@ -240,7 +275,7 @@ def _step_options(graphs: Sequence[StepGraph]) -> Any:
 
 
 def _device(args: Sequence[Any]) -> torch.device:
-    devices = [a.device for a in args if isinstance(a, torch.Tensor)]
+    devices = [a.device for a in args if isinstance(a, torch.Tensor) and not ti.is_fake_tensor(a)]
     return next((d for d in devices if d.type == "cuda"), devices[0] if devices else torch.device("cpu"))
 
 

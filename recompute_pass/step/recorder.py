@@ -46,6 +46,7 @@ class Recorder:
         self.accumulating: dict[int, tuple[int, weakref.ref[torch.Tensor], int]] = {}
         self.backward_started = False
         self.ended = False
+        self.from_step_start = False  # measured from the step's first module call
         self.watch = ti.BackwardWatch(self._backward_returned)
         self.frames = 0
         self.collecting = False
@@ -68,7 +69,7 @@ class Recorder:
             self.graphs.append(key)
             self.names.append(name)
         inputs = tuple(self._boundary(a) for a in args)
-        if not self.calls:
+        if not self.calls and not self.from_step_start:
             self._note_prologue(args)
         call = len(self.calls)
         graph = self.graphs.index(key)
@@ -90,6 +91,12 @@ class Recorder:
             node.register_prehook(lambda grads: self._backward_start(call, sizes, grads))
             node.register_hook(lambda grads_in, grads_out: self._mark(EventKind.BACKWARD_END, call))
         return outputs
+
+    def begin(self) -> None:
+        """The step starts here (its first module call): everything it allocates from now
+        on is measured, and nothing before it need be estimated."""
+        self.from_step_start = True
+        self._mark(EventKind.STEP_START, -1)
 
     def _backward_start(self, call: int, sizes: Sequence[int], grads: Sequence[object]) -> None:
         self.backward_started = True

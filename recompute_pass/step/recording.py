@@ -52,6 +52,7 @@ class PlanMemory:
 
 
 class EventKind(enum.Enum):
+    STEP_START = "step start"  # the step's first module call, where known
     FORWARD_START = "forward start"
     FORWARD_END = "forward end"
     BACKWARD_START = "backward start"
@@ -62,7 +63,7 @@ class EventKind(enum.Enum):
 @dataclass(frozen=True)
 class Event:
     kind: EventKind
-    call: int  # index into ``StepRecording.calls`` (-1 for END)
+    call: int  # index into ``StepRecording.calls`` (-1 for STEP_START and END)
     level: int  # bytes above the level before the forward
     peak_before: int  # the highest level since the previous event (this one's included)
     dead: frozenset[int] = frozenset()  # boundary tensors (``StepRecording.boundaries``) freed by now

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import fx
 from torch._dynamo import config as dynamo_config  # benchmarks: recompile limit for many plans
+from torch._dynamo.exc import Unsupported as GraphBreak  # what ``fullgraph=True`` raises at a break
 from torch._inductor import compile_fx as inductor_compile_fx
 from torch._inductor import config as inductor_config
 from torch._inductor.compile_fx import (
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "COMPILE_PATCHES",
+    "GraphBreak",
     "InductorEntry",
     "CustomPartitionerFn",
     "ON_SCHEDULED",

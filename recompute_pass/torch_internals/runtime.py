@@ -25,6 +25,7 @@ __all__ = [
     "frames_compiled",
     "profiler_enabled",
     "queue_engine_callback",
+    "register_module_forward_pre_hook",
 ]
 
 _MARK = "recompute_pass.step.mark."
@@ -35,6 +36,12 @@ def frames_compiled() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["frames"]["total"])
+
+
+def register_module_forward_pre_hook(hook: Callable[..., None]) -> object:
+    """A hook before every module's forward (``torch.nn.modules.module``'s global one): the
+    handle removes it."""
+    return torch.nn.modules.module.register_module_forward_pre_hook(hook)
 
 
 def profiler_enabled() -> bool:

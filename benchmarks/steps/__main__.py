@@ -1,0 +1,5 @@
+import sys
+
+from benchmarks.steps import main
+
+sys.exit(main())
