@@ -320,3 +320,48 @@ class _Loss(torch.nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids=tokens, labels=tokens).loss
+
+
+def test_forwards_whose_backward_runs_later_are_not_a_step() -> None:
+    """Two forwards, then the first one's backward (a pipeline schedule's order): what was
+    recorded is no step, so each graph is planned alone, the report says so, and a cap warns."""
+    from benchmarks.harness.meters import warnings_logged
+
+    model = _llama()
+    compiled = _compiled(
+        model, "block", recompute_pass.recompute_eager_backend.with_options(peak_memory_bytes=10**7)
+    )
+    tokens = torch.randint(0, VOCAB, (2, SEQ), generator=torch.Generator().manual_seed(1))
+    with warnings_logged() as warnings, capture_reports() as reports:
+        first = compiled(input_ids=tokens, labels=tokens)
+        second = compiled(input_ids=tokens, labels=tokens)
+        first.loss.backward()
+        second.loss.backward()
+    (report,) = reports.steps
+    assert not report.known and "had no backward in the recorded backward pass" in report.notes[0]
+    assert any("the step is not known" in w and "per graph" in w for w in warnings)
+    assert len(reports) == 1 and reports[0].solver != "step"  # the block planned alone
+
+
+def test_plan_steps_off_plans_each_graph_alone() -> None:
+    model = _llama()
+    backend = recompute_pass.recompute_eager_backend.with_options(memory_budget=0.0, plan_steps=False)
+    compiled = _compiled(model, "block", backend)
+    tokens = torch.randint(0, VOCAB, (2, SEQ), generator=torch.Generator().manual_seed(1))
+    with capture_reports() as reports:
+        compiled(input_ids=tokens, labels=tokens).loss.backward()
+    assert not reports.steps and len(reports) == 1 and reports[0].solver == "peak"
+    with pytest.raises(ValueError, match="plan_steps"):
+        recompute_pass.RecomputeOptions(plan_steps="yes")  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_install_plans_the_step_of_a_per_block_compile() -> None:
+    """A trainer's own ``block.compile()`` (Inductor, by default), our partitioner installed:
+    the blocks' step is planned, and its cap holds."""
+    model = _llama()
+    with recompute_pass.install(memory_budget=0.0):
+        compiled, report = _planned_step(model, "block", "inductor")
+        peak, _ = _measured(compiled, model)
+    assert report.calls == LAYERS and all(g.planned for g in report.graphs)
+    assert peak == pytest.approx(report.predicted_peak_bytes, rel=0.01)

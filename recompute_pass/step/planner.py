@@ -124,18 +124,25 @@ class StepPlanner:
             self.recorder.begin()
 
     def _give_up(self, why: str) -> None:
-        """Plan each waiting graph alone, as without a step: one warning."""
-        log.warning(
-            "recompute_pass: the step could not be recorded (%s); each graph is planned alone, "
-            "and a peak cap holds per graph only",
-            why,
-        )
-        for graph in list(self.waiting):
-            if graph.is_provisional:
-                graph.finish(None)
-            graph.recorded_once = True
+        """The step cannot be recorded: each waiting graph is planned alone."""
+        graphs = list(self.waiting)
         self.waiting.clear()
         self.armed = True
+        self._alone(graphs, f"it could not be recorded ({why})")
+
+    def _alone(self, graphs: Sequence[StepGraph], why: str) -> None:
+        """Where the step cannot be known, each graph is planned alone, with a budget of its
+        own, as without a step: the step's report says so, and a cap warns (it then holds
+        per graph, not for the step)."""
+        for graph in graphs:
+            if graph.is_provisional and not self.planning_only:
+                graph.finish(None)
+            graph.recorded_once = True
+        capped = any(g.options.peak_memory_bytes is not None for g in graphs)
+        message = "recompute_pass: the step is not known: %s; each graph is planned alone%s"
+        cap = ", and the peak cap holds per graph, not for the step" if capped else ""
+        (log.warning if capped else log.info)(message, why, cap)
+        publish_step(StepReport.unknown([g.name for g in graphs], why))
 
     @contextlib.contextmanager
     def only_planning(self) -> Iterator[None]:
@@ -169,16 +176,14 @@ class StepPlanner:
         self.waits = 0
         graphs: list[StepGraph] = list(recorder.graphs)  # type: ignore[arg-type]
         start = time.perf_counter()
+        report = None
         try:
             report = self._plan(recording, graphs)
+        except UnknownStep as unknown:
+            self._alone(graphs, str(unknown))
         except Exception as error:
-            cause = f"{type(error).__name__}: {error}".splitlines()[0][:200]
-            log.warning("recompute_pass: planning the step failed (%s); each graph is planned alone", cause)
             log.debug("recompute_pass: step planning failure", exc_info=True)
-            for graph in graphs:
-                if graph.is_provisional:
-                    graph.finish(None)
-            report = None
+            self._alone(graphs, f"planning it failed ({type(error).__name__}: {error})".splitlines()[0][:300])
         for graph in graphs:
             graph.recorded_once = True
             self.waiting.discard(graph)
@@ -188,15 +193,18 @@ class StepPlanner:
 
     def _plan(self, recording: StepRecording, graphs: Sequence[StepGraph]) -> StepReport:
         """One plan per graph for the step (the module docstring)."""
-        differentiated = [
-            any(c.graph == i and c.differentiated for c in recording.calls) for i in range(len(graphs))
-        ]
-        for graph, trained in zip(graphs, differentiated, strict=True):
-            if graph.is_provisional and not trained:  # never differentiated in the step: alone
-                graph.finish(None)
-        waiting = [
-            g for g, trained in zip(graphs, differentiated, strict=True) if g.is_provisional and trained
-        ]
+        trained = {c.graph for c in recording.calls if c.differentiated}
+        pending = sorted(
+            {graphs[c.graph].name for c in recording.calls if c.has_backward and not c.differentiated}
+        )
+        if pending:  # a pipeline schedule's order: forwards whose backward runs in a later pass
+            raise UnknownStep(
+                f"forwards of {', '.join(pending)} had no backward in the recorded backward pass"
+            )
+        for index, graph in enumerate(graphs):
+            if graph.is_provisional and index not in trained and not self.planning_only:
+                graph.finish(None)  # never differentiated in the step: planned alone
+        waiting = [g for index, g in enumerate(graphs) if g.is_provisional and index in trained]
         options = _step_options(waiting or graphs)
         ratio = None if options.peak_memory_bytes is not None else options.memory_budget
         fronts: dict[str, GraphFront] = {}
@@ -211,9 +219,7 @@ class StepPlanner:
             front_of(graph)
         # Graphs compiled at once (a model whose first graph starts from the batch) run
         # their own plans; they are planned again with the others, or where the cap fails.
-        compiled = [
-            g for g, trained in zip(graphs, differentiated, strict=True) if not g.is_provisional and trained
-        ]
+        compiled = [g for index, g in enumerate(graphs) if not g.is_provisional and index in trained]
         replanned: list[StepGraph] = []
         if compiled and not waiting and options.peak_memory_bytes is not None:
             if compose(recording, [None] * len(graphs)).bytes > options.peak_memory_bytes:
@@ -266,11 +272,15 @@ def _unlike_later_steps(recording: StepRecording) -> str:
     return ""
 
 
+class UnknownStep(Exception):
+    """What was recorded is not one step of this process's graphs (the message says why)."""
+
+
 def _step_options(graphs: Sequence[StepGraph]) -> Any:
     """The budget the step is planned to: every graph's must agree."""
     budgets = {(g.options.memory_budget, g.options.peak_memory_bytes) for g in graphs}
     if len(budgets) > 1:
-        raise ValueError(f"the step's graphs were compiled with different budgets {sorted(budgets, key=str)}")
+        raise UnknownStep(f"its graphs were compiled with different budgets {sorted(budgets, key=str)}")
     return graphs[0].options
 
 

@@ -85,7 +85,7 @@ class Recorder:
         # Without a backward its memory is measured like eager code's.
         provisional = recorded is not None and node is not None
         recorded = recorded if provisional else None
-        self.calls[call] = Call(graph, provisional, inputs, returned, recorded, node is not None)
+        self.calls[call] = Call(graph, provisional, inputs, returned, recorded, node is not None, False)
         if node is not None:
             sizes = [_gradient_bytes(o) for o in _flat(outputs)]  # not the outputs: hooks must not hold them
             node.register_prehook(lambda grads: self._backward_start(call, sizes, grads))
@@ -99,10 +99,11 @@ class Recorder:
         self._mark(EventKind.STEP_START, -1)
 
     def _backward_start(self, call: int, sizes: Sequence[int], grads: Sequence[object]) -> None:
+        if self.ended:
+            return
         self.backward_started = True
         made = sum(size for size, grad in zip(sizes, grads, strict=False) if grad is None)
-        if made:
-            self.calls[call] = dataclasses.replace(self.calls[call], made_gradients=made)
+        self.calls[call] = dataclasses.replace(self.calls[call], made_gradients=made, differentiated=True)
         self._mark(EventKind.BACKWARD_START, call)
 
     def _backward_returned(self) -> None:

@@ -80,7 +80,8 @@ class Call:
     inputs: tuple[int | None, ...]  # per input position, its boundary tensor (None: not tracked)
     outputs: tuple[int | None, ...]  # per output position, likewise
     recorded: PlanMemory | None = None
-    differentiated: bool = True  # its backward ran in the step
+    has_backward: bool = True  # its outputs need a gradient
+    differentiated: bool = True  # its backward ran in the recorded backward pass
     # Bytes of the incoming gradients its backward makes itself: an output that received
     # none (a KV cache) gets zeros from AOTAutograd inside the backward, where a plan's
     # predicted backward counts every gradient as allocated when it starts.

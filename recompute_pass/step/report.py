@@ -54,10 +54,23 @@ class StepReport:
     planning_seconds: float = 0.0
     compile_seconds: float = 0.0
 
+    @staticmethod
+    def unknown(graphs: Sequence[str], why: str) -> StepReport:
+        """The report of a step that could not be known: its graphs were planned alone."""
+        lines = tuple(StepGraphLine(name, 0, False, None, None, None, 0) for name in graphs)
+        note = f"the step is not known: {why}; each graph was planned alone, its budget its own"
+        return StepReport(lines, 0, None, 0, None, 0, 0, "unknown", 0.0, 0, 0, True, "", (note,))
+
+    @property
+    def known(self) -> bool:
+        return self.peak_at != "unknown"
+
     def timed(self, *, planning: float) -> StepReport:
         return dataclasses.replace(self, planning_seconds=planning)
 
     def summary(self) -> str:
+        if not self.known:
+            return f"recompute_pass step: {self.notes[0]}"
         budget = f"ratio {self.budget_ratio}" if self.budget_ratio is not None else "cap"
         return (
             f"recompute_pass step: {len(self.graphs)} graphs, {self.calls} runs; predicted peak "
@@ -65,6 +78,10 @@ class StepReport:
         )
 
     def to_text(self) -> str:
+        if not self.known:
+            return "\n".join(
+                [f"step: {len(self.graphs)} compiled graphs", *(f"note: {n}" for n in self.notes)]
+            )
         low = "?" if self.lowest_bytes is None else f"{self.lowest_bytes:,}"
         budget = f"ratio {self.budget_ratio}" if self.budget_ratio is not None else "cap"
         lines = [
