@@ -89,8 +89,10 @@ class StepGraph:
         (output,) = gm.graph.find_nodes(op="output")
         self.output_names = tuple(getattr(v, "name", "") for v in _flat(output.args[0]))
         self.compile_seconds = 0.0
+        # Compiled in Dynamo's compile only, and never again: its compile may add guards.
+        self.symbolic = symbolic(gm)
         start = time.perf_counter()
-        if follows_autograd(example_inputs) and step_budget(options) and not symbolic(gm):
+        if follows_autograd(example_inputs) and step_budget(options) and not self.symbolic:
             self.provisional: Callable[..., Any] | None = ti.eager_aot_backend(self._provisional_partition)(
                 gm, example_inputs
             )

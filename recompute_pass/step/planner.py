@@ -219,7 +219,11 @@ class StepPlanner:
             front_of(graph)
         # Graphs compiled at once (a model whose first graph starts from the batch) run
         # their own plans; they are planned again with the others, or where the cap fails.
-        compiled = [g for index, g in enumerate(graphs) if not g.is_provisional and index in trained]
+        compiled = [
+            g
+            for index, g in enumerate(graphs)
+            if not g.is_provisional and index in trained and not g.symbolic
+        ]
         replanned: list[StepGraph] = []
         if compiled and not waiting and options.peak_memory_bytes is not None:
             if compose(recording, [None] * len(graphs)).bytes > options.peak_memory_bytes:
