@@ -102,28 +102,19 @@ def capture_step(
     break would leave a step whose peak no single graph predicts. Caches are off for the
     capture.
     """
-    found: list[CapturedStep] = []
-    capturer = _CapturingPartitioner(found, "inductor" if inductor else None)
 
     def backend(gm: fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> Any:
-        if inductor:
-            with ti.inductor_config.patch(custom_partitioner_fn=capturer):
-                return ti.compile_fx(gm, list(example_inputs))
-        return ti.eager_aot_backend(capturer)(gm, example_inputs)
+        return _compile_to_partitioner(gm, list(example_inputs), capturer, None)
 
-    compiled = torch.compile(model, backend=backend, dynamic=True, fullgraph=True)
+    def step() -> None:
+        compiled = torch.compile(model, backend=backend, dynamic=True, fullgraph=True)
+        compiled(*inputs).backward()  # the backward is reached only if nothing was captured
+
+    capturer = _CapturingPartitioner([], "inductor" if inductor else None)
     try:
-        with ti.inductor_config.patch(force_disable_caches=True):
-            loss = compiled(*inputs)
-            loss.backward()  # reached only if the partitioner was never called
+        return _captured(capturer, step)
     except ti.GraphBreak as error:
         raise NotOneGraph(f"the step does not compile to one graph ({type(error).__name__})") from error
-    except Exception as error:
-        if not found or not _caused_by_capture(error):
-            raise
-    if len(found) != 1:
-        raise NotOneGraph(f"the step compiled to {len(found)} joint graphs")
-    return found[0]
 
 
 def capture_compiled(
@@ -136,20 +127,31 @@ def capture_compiled(
     """The joint graph a compile of ``gm`` hands its partitioner (through Inductor, after
     its joint-graph passes; or AOTAutograd's alone), the compile stopped there. Call it
     inside the graph's own compile contexts, as the compile it stands for."""
-    found: list[CapturedStep] = []
-    capturer = _CapturingPartitioner(found, "inductor" if inductor else None)
+    capturer = _CapturingPartitioner([], "inductor" if inductor else None)
+    return _captured(capturer, lambda: _compile_to_partitioner(gm, example_inputs, capturer, config_patches))
+
+
+def _compile_to_partitioner(
+    gm: fx.GraphModule, inputs: list[object], capturer: _CapturingPartitioner, patches: dict[str, Any] | None
+) -> Any:
+    """``gm`` compiled the capturer's way (Inductor's, or AOTAutograd's alone) as far as it goes."""
+    if capturer.compiler == "inductor":
+        with ti.inductor_config.patch(custom_partitioner_fn=capturer):
+            return ti.compile_fx(gm, inputs, config_patches=patches)
+    return ti.eager_aot_backend(capturer)(gm, inputs)
+
+
+def _captured(capturer: _CapturingPartitioner, compile_it: Callable[[], object]) -> CapturedStep:
+    """What ``capturer`` caught while ``compile_it()`` ran (caches off), exactly one graph."""
     try:
-        if inductor:
-            with ti.inductor_config.patch(custom_partitioner_fn=capturer, force_disable_caches=True):
-                ti.compile_fx(gm, example_inputs, config_patches=config_patches)
-        else:
-            ti.eager_aot_backend(capturer)(gm, example_inputs)
+        with ti.inductor_config.patch(force_disable_caches=True):
+            compile_it()
     except Exception as error:
-        if not found or not _caused_by_capture(error):
+        if not capturer.found or not _caused_by_capture(error):
             raise
-    if len(found) != 1:
-        raise RuntimeError(f"capturing the joint graph found {len(found)} joint graphs; expected one")
-    return found[0]
+    if len(capturer.found) != 1:
+        raise NotOneGraph(f"the step compiled to {len(capturer.found)} joint graphs")
+    return capturer.found[0]
 
 
 def _caused_by_capture(error: BaseException | None) -> bool:

@@ -233,21 +233,8 @@ def _step_probe(
         raise RuntimeError(f"fit_longest: the step at n={n} was not planned in {PROBE_STEPS} steps")
     report = reports.steps[-1]
     lowest = report.lowest_bytes if report.lowest_bytes is not None else report.predicted_peak_bytes
-    probe = Probe(
-        n,
-        min(lowest, report.predicted_peak_bytes),
-        report.predicted_peak_bytes,
-        report.estimated_overhead,
-        report,
-    )
-    log.info(
-        "fit_longest: n=%d lowest predicted step peak %d B, plan %d B (%.1f s)",
-        n,
-        probe.lowest_peak_bytes,
-        probe.peak_bytes,
-        time.perf_counter() - start,
-    )
-    return probe
+    peak = report.predicted_peak_bytes
+    return _logged(Probe(n, min(lowest, peak), peak, report.estimated_overhead, report), start)
 
 
 def _validate(memory_cap: object, low: object, high: object, multiple_of: object) -> tuple[int, list[int]]:
@@ -287,10 +274,13 @@ def _probe(captured: CapturedStep, sized: SizedInputs, options: RecomputeOptions
     fastest = min((cost for _, cost in report.frontier), default=report.estimated_step_overhead or 0.0)
     overhead = max(0.0, float(report.estimated_step_overhead or 0.0) - fastest)
     peak = int(report.predicted_peak_bytes)
-    probe = Probe(n, min(report.min_bytes, peak), peak, overhead, report)
+    return _logged(Probe(n, min(report.min_bytes, peak), peak, overhead, report), start)
+
+
+def _logged(probe: Probe, start: float) -> Probe:
     log.info(
         "fit_longest: n=%d lowest predicted peak %d B, plan %d B (%.1f s)",
-        n,
+        probe.size,
         probe.lowest_peak_bytes,
         probe.peak_bytes,
         time.perf_counter() - start,
