@@ -130,7 +130,7 @@ def run_one(spec: dict[str, Any]) -> Row:
             model.zero_grad(set_to_none=True)
             if reports.steps:
                 report = reports.steps[-1]
-            if spec["system"] != "recompute" or (report is not None and steps >= 2):
+            if steps >= 2 and (spec["system"] != "recompute" or report is not None):
                 break
         held: dict[str, Any] = {}
 
@@ -206,6 +206,50 @@ def measure(args: argparse.Namespace) -> list[Row]:
     return rows
 
 
+def measure_timing(args: argparse.Namespace) -> list[Row]:
+    """The first two steps, compiles included, of a per-block compile: ``torch.compile``'s
+    and ours at each budget, alternating, each in a fresh process, ``--repeats`` times."""
+    shape = {k: getattr(args, k) for k in ("layers", "dim", "seq", "batch", "vocab")}
+    systems = [("compile", {})] + [("recompute", {"memory_budget": b}) for b in args.budgets]
+    rows: list[Row] = []
+    for repeat in range(args.repeats):
+        for model in args.models:
+            for system, options in systems:
+                spec = dict(
+                    model=model, route="block", system=system, options=options, use_cache=None, shape=shape
+                )
+                progress(f"timing {repeat + 1}/{args.repeats}: {model} block {system} {options or ''}")
+                row = _subprocess(spec)
+                progress(f"  -> first two steps {row.get('first_two_steps_s', '?')} s")
+                rows.append(row)
+    return rows
+
+
+def timing_table(rows: Sequence[Row]) -> str:
+    """Median first-two-steps seconds per system, and as a ratio to ``torch.compile``'s."""
+    import statistics
+
+    lines = [
+        "| model | system | budget | runs | first two steps s (median) | ratio to torch.compile |",
+        "|---|---|---|---:|---:|---:|",
+    ]
+    for model in dict.fromkeys(str(r["model"]) for r in rows):
+        ok = [r for r in rows if r["model"] == model and r.get("first_two_steps_s")]
+        keys = dict.fromkeys((str(r["system"]), str(r.get("budget"))) for r in ok)
+        medians = {
+            k: statistics.median(
+                float(r["first_two_steps_s"]) for r in ok if (str(r["system"]), str(r.get("budget"))) == k
+            )
+            for k in keys
+        }  # type: ignore[arg-type]
+        base = medians.get(("compile", "None"))
+        for (system, budget), seconds in medians.items():
+            runs = sum((str(r["system"]), str(r.get("budget"))) == (system, budget) for r in ok)
+            ratio = f"{seconds / base:.2f}" if base else "-"
+            lines.append(f"| {model} | {system} | {budget} | {runs} | {seconds:.1f} | {ratio} |")
+    return "\n".join(lines)
+
+
 def _brief(row: Row) -> str:
     if "error" in row:
         return f"error: {str(row['error']).splitlines()[-1]}"
@@ -273,10 +317,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     out = args.out or Path("benchmarks", "steps", "results")
     started = time.perf_counter()
-    rows = measure(args)
+    rows = measure_timing(args) if args.timing else measure(args)
     run = command(PROG, argv)
-    save_json(out / "steps.json", run, rows=rows)
-    text = table(rows)
-    write_results(out, "One step, many graphs", run, [text], time.perf_counter() - started)
+    save_json(out / ("timing.json" if args.timing else "steps.json"), run, rows=rows)
+    text = timing_table(rows) if args.timing else table(rows)
+    title = "Compile time of a per-block compile" if args.timing else "One step, many graphs"
+    write_results(out, title, run, [text], time.perf_counter() - started)
     print(text)
     return 0

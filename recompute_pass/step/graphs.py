@@ -252,18 +252,30 @@ def _key(gm: fx.GraphModule, inputs: Sequence[object]) -> str:
 
 def describe(gm: fx.GraphModule, number: int) -> str:
     """A graph's name for reports: the innermost module its nodes share (``layers.3``),
-    and its number in order of compilation."""
+    else the function Dynamo compiled (``forward in modeling_llama.py``: a block compiled
+    on its own), and its number in order of compilation."""
     stacks = [list(stack.values()) for node in gm.graph.nodes if (stack := node.meta.get("nn_module_stack"))]
     common = stacks[0] if stacks else []
     for stack in stacks[1:]:
         common = [a for a, b in zip(common, stack, strict=False) if a[0] == b[0]]
-    if not common:
-        return f"graph #{number}"
-    path, kind = common[-1]
-    name = _readable(path)
-    if name == "model":  # the compiled module itself: say what it is
-        name = getattr(kind, "__name__", str(kind)).rsplit(".", 1)[-1]
-    return f"{name} #{number}"
+    if common:
+        path, kind = common[-1]
+        name = _readable(path)
+        if name == "model":  # the compiled module itself: say what it is
+            name = getattr(kind, "__name__", str(kind)).rsplit(".", 1)[-1]
+        return f"{name} #{number}"
+    frame = next((_frame(n.meta["stack_trace"]) for n in gm.graph.nodes if n.meta.get("stack_trace")), "")
+    return f"graph #{number}" + (f" ({frame})" if frame else "")
+
+
+def _frame(stack_trace: str) -> str:
+    """The outermost frame of a node's stack trace, as ``function in file``."""
+    for line in stack_trace.splitlines():
+        line = line.strip()
+        if line.startswith("File ") and ", in " in line:
+            path = line.split('"')[1] if '"' in line else ""
+            return f"{line.rsplit(', in ', 1)[1]} in {path.rsplit('/', 1)[-1]}"
+    return ""
 
 
 def _readable(path: str) -> str:
