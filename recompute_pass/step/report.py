@@ -159,6 +159,14 @@ def build_step_report(
     notes = list(choice.notes)
     if held:
         notes.append(held)
+    limited = ti.recompile_limit_hits()
+    if limited:
+        notes.append(
+            f"Dynamo hit its recompile limit {limited} time(s) in this process: those frames run "
+            "uncompiled, outside every plan, their activations all saved (per-layer graphs: HF's "
+            "KV cache under use_cache=True; raise torch._dynamo.config.recompile_limit or avoid "
+            "the recompiles)"
+        )
     return StepReport(
         graphs=tuple(lines),
         calls=len(recording.calls),

@@ -23,6 +23,7 @@ __all__ = [
     "backward_compiled_with_forward",
     "fake_inputs",
     "frames_compiled",
+    "recompile_limit_hits",
     "profiler_enabled",
     "queue_engine_callback",
     "register_module_forward_pre_hook",
@@ -42,6 +43,14 @@ def register_module_forward_pre_hook(hook: Callable[..., None]) -> object:
     """A hook before every module's forward (``torch.nn.modules.module``'s global one): the
     handle removes it."""
     return torch.nn.modules.module.register_module_forward_pre_hook(hook)
+
+
+def recompile_limit_hits() -> int:
+    """How many times Dynamo has hit its recompile limit in this process: each time a
+    frame runs uncompiled from then on."""
+    from torch._dynamo.utils import counters
+
+    return sum(n for reason, n in counters["unimplemented"].items() if "recompile limit" in reason)
 
 
 def profiler_enabled() -> bool:
