@@ -335,6 +335,11 @@ class RecomputePartitioner(ti.CustomPartitionerFn):
         plan = "" if self.plan is None else f"-step-{self.plan.digest()}"
         return f"recompute_pass-{code_hash()}-{self.options.cache_key()}{plan}"
 
+    def __reduce__(self) -> tuple[type[str], tuple[str]]:
+        """Inductor pickles its config, this among it, into its cache keys: what identifies
+        the partitioner is its uuid (a step's graph and planner behind it do not pickle)."""
+        return (str, (self.uuid(),))
+
     def __call__(
         self, gm: fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any
     ) -> tuple[fx.GraphModule, fx.GraphModule]:

@@ -32,6 +32,11 @@ class Broken(torch.nn.Module):
         return self.second(h).square().mean()
 
 
+# The graph after the break runs a provisional plan in the first step (which compiles),
+# is planned in the second (recorded) and compiled at its end; the third runs the plans.
+STEPS = 3
+
+
 def main(route: str) -> None:
     stream = io.StringIO()
     logger = logging.getLogger("recompute_pass")
@@ -47,12 +52,15 @@ def main(route: str) -> None:
         recompute_pass.install(**options)
         compiled = torch.compile(model)
     with capture_reports() as reports:
-        loss = compiled(x)
-        loss.backward()
+        for _ in range(STEPS):
+            model.zero_grad(set_to_none=True)
+            loss = compiled(x)
+            loss.backward()
     lines = [line for line in stream.getvalue().splitlines() if "cache hit" not in line]
     result = {
         "reports": [report.to_json() for report in reports],
         "texts": [report.to_text() for report in reports],
+        "steps": [step.to_json() for step in reports.steps],
         "log": lines,
         "hits": counters["aot_autograd"]["autograd_cache_hit"],
         "misses": counters["aot_autograd"]["autograd_cache_miss"],

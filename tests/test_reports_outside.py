@@ -72,7 +72,8 @@ def test_a_warm_cache_republishes_the_first_runs_reports(route: str, tmp_path: P
     assert len(reports) == 2 and all(report["fallback"] is None for report in reports)
     assert warm["reports"] == cold["reports"] and warm["texts"] == cold["texts"]
     summaries = [line for line in cold["log"] if line.startswith("recompute_pass: predicted peak")]
-    assert len(summaries) == 2 and warm["log"] == cold["log"]
+    assert len(summaries) == 2 and _graphs_lines(warm) == _graphs_lines(cold)
+    assert len(warm["steps"]) == len(cold["steps"]) == 1  # the step is planned in each run
     assert (warm["loss"], warm["grads"]) == (cold["loss"], cold["grads"])
     for run in ("cold", "warm"):
         artifacts, compiled = _trace_artifacts(tmp_path / run)
@@ -81,6 +82,12 @@ def test_a_warm_cache_republishes_the_first_runs_reports(route: str, tmp_path: P
             json.dumps(r, sort_keys=True) for r in reports
         )
         assert all(len(each) == 1 for each in artifacts.values())
+
+
+def _graphs_lines(run: dict[str, object]) -> list[str]:
+    """The log without the step's lines: the step is recorded afresh in each run (its
+    measured timeline is not a cached artifact), the graphs' plans come from the cache."""
+    return [line for line in run["log"] if not line.startswith("recompute_pass step:")]  # type: ignore[union-attr]
 
 
 def test_torch_logs_shows_the_summary_under_our_module_name() -> None:

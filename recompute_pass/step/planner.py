@@ -56,8 +56,9 @@ class StepPlanner:
         self.waiting: weakref.WeakSet[StepGraph] = weakref.WeakSet()  # not yet in a recorded step
         self.recorder: Recorder | None = None
         self.armed = True  # the next call starts a step
-        self.waits = 0
-        self.hook: Any = None  # a global forward pre-hook waiting for the next step's start
+        self.unrecorded = 0  # steps in a row a profiler of the user's kept from recording
+        self.unlike = 0  # recorded steps in a row unlike the steps to come
+        self.hook: ti.NextModuleCall | None = None  # waits for the next step's start
         self.planning_only = False  # choose and report, compile nothing (``fit_longest``'s probes)
         self.last: tuple[StepRecording, StepChoice, list] | None = None  # the last plan, for inspection
 
@@ -92,11 +93,11 @@ class StepPlanner:
         there rather than at the first graph: what runs before it (embeddings, FSDP's
         gathers) is measured, not estimated."""
         self.armed = True
-        if self.hook is None and len(self.waiting) > 0:
-            self.hook = ti.register_module_forward_pre_hook(self._step_starts)
+        if len(self.waiting) > 0:
+            self.hook = ti.NextModuleCall(self._step_starts)
 
-    def _step_starts(self, module: Any, args: Any) -> None:
-        self._unhook()
+    def _step_starts(self, args: Any) -> None:
+        self.hook = None
         if self.recorder is None and self.armed and len(self.waiting) > 0:
             self._start(args, from_step_start=True)
 
@@ -106,19 +107,20 @@ class StepPlanner:
             self.hook = None
 
     def _start(self, args: Sequence[Any], *, from_step_start: bool) -> None:
+        self._unhook()
         device = _device(args)
         self.armed = False
         if not Recorder.can_measure(device):
             if not any(g.is_provisional for g in self.waiting):  # only a report to make: skip it
                 self.waiting.clear()
                 return
-            self.waits += 1
-            if self.waits < MAX_WAITS:
+            self.unrecorded += 1
+            if self.unrecorded < MAX_WAITS:
                 log.info("recompute_pass: a profiler is running; the step is recorded at the next one")
                 return
             self._give_up(f"a profiler of yours ran in each of {MAX_WAITS} steps")
             return
-        self.waits = 0
+        self.unrecorded = 0
         self.recorder = Recorder(device, self._ended)
         if from_step_start:
             self.recorder.begin()
@@ -168,12 +170,12 @@ class StepPlanner:
         recorder, self.recorder = self.recorder, None
         assert recorder is not None
         unlike = _unlike_later_steps(recording)
-        if unlike and self.waits < MAX_WAITS:
-            self.waits += 1
+        if unlike and self.unlike < MAX_WAITS:
+            self.unlike += 1
             log.info("recompute_pass: the recorded step %s; recording the next", unlike)
             self._arm()
             return
-        self.waits = 0
+        self.unlike = 0
         graphs: list[StepGraph] = list(recorder.graphs)  # type: ignore[arg-type]
         start = time.perf_counter()
         report = None

@@ -106,6 +106,11 @@ def honour_compile_patches() -> None:
 Route = Callable[[fx.GraphModule, Sequence[object], "dict[str, Any] | None"], Any]
 
 
+# Keywords of a top-level compile (``torch.compile``'s Inductor wrapper passes both); a
+# call with others is Inductor's own and reaches it untouched.
+_ROUTED_KEYWORDS = {"config_patches", "compile_region_name"}
+
+
 class InductorEntry:
     """Inductor's entry point as Dynamo's ``"inductor"`` backend reaches it
     (``torch._inductor.compile_fx.compile_fx``, looked up by name at each compile, by
@@ -136,7 +141,7 @@ class InductorEntry:
             self.depth -= 1
 
     def _entry(self, model: fx.GraphModule, inputs: Sequence[object], *args: Any, **kwargs: Any) -> Any:
-        if self.depth == 0 and not args and set(kwargs) <= {"config_patches"}:
+        if self.depth == 0 and not args and set(kwargs) <= _ROUTED_KEYWORDS:
             with self.inside():
                 routed = self.route(model, inputs, kwargs.get("config_patches"))
             if routed is not None:

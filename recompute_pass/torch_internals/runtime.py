@@ -5,8 +5,10 @@ compile after the backend returned."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
@@ -26,7 +28,7 @@ __all__ = [
     "recompile_limit_hits",
     "profiler_enabled",
     "queue_engine_callback",
-    "register_module_forward_pre_hook",
+    "NextModuleCall",
 ]
 
 _MARK = "recompute_pass.step.mark."
@@ -39,10 +41,51 @@ def frames_compiled() -> int:
     return int(counters["frames"]["total"])
 
 
-def register_module_forward_pre_hook(hook: Callable[..., None]) -> object:
-    """A hook before every module's forward (``torch.nn.modules.module``'s global one): the
-    handle removes it."""
-    return torch.nn.modules.module.register_module_forward_pre_hook(hook)
+class NextModuleCall:
+    """Calls ``fired(args)`` at the next module call that runs eagerly (a global forward
+    pre-hook, removed as it fires), or never.
+
+    Dynamo must not see it: it would trace the hook (and the planner behind it) into a
+    graph and guard on it. So it is removed when Dynamo starts compiling a frame, and
+    ``torch.compile(module)``'s warning about global hooks (which fire twice on an
+    ``OptimizedModule``; this one fires once) is silenced while it is set."""
+
+    _active: NextModuleCall | None = None
+    _WARNING = r"Using `torch.compile\(module\)` when there are global hooks"
+
+    def __init__(self, fired: Callable[[object], None]) -> None:
+        _register_compile_start()
+        if NextModuleCall._active is not None:
+            NextModuleCall._active.remove()
+        self._fired = fired
+        self._handle = torch.nn.modules.module.register_module_forward_pre_hook(self._pre_forward)
+        warnings.filterwarnings("ignore", message=self._WARNING, category=UserWarning)
+        self._filter = warnings.filters[0]
+        NextModuleCall._active = self
+
+    def _pre_forward(self, module: object, args: object) -> None:
+        self.remove()
+        self._fired(args)
+
+    def remove(self) -> None:
+        if NextModuleCall._active is not self:
+            return
+        NextModuleCall._active = None
+        self._handle.remove()
+        with contextlib.suppress(ValueError):  # a warnings.catch_warnings() restored the filters
+            warnings.filters.remove(self._filter)
+            warnings._filters_mutated()  # type: ignore[attr-defined]
+
+
+@functools.cache
+def _register_compile_start() -> None:
+    from torch._dynamo.callback import callback_handler
+
+    def compile_starts(_: object) -> None:
+        if NextModuleCall._active is not None:
+            NextModuleCall._active.remove()
+
+    callback_handler.register_start_callback(compile_starts)
 
 
 def recompile_limit_hits() -> int:
