@@ -1,4 +1,11 @@
-"""Fixtures shared by the test files."""
+"""Fixtures and markers shared by every tier.
+
+The tiers are folders, each with a ``conftest.py`` that marks every test in it:
+``unit/`` (no compile), ``eager/`` (our partitioner through AOTAutograd, no code
+generation) and ``inductor/`` (Inductor's lowering or code generation; ``slow``). Helpers
+all tiers import are in ``support/``. Here, a case marked ``full_only`` (``support.full_size``)
+is skipped at the CI size and marked ``slow``.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,16 @@ from collections.abc import Iterator
 import pytest
 
 from recompute_pass import torch_internals as ti
+from tests.support.full_size import FULL
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    marker = item.get_closest_marker("full_size")
+    if marker is None:
+        return
+    item.add_marker(pytest.mark.slow)
+    if not FULL:
+        item.add_marker(pytest.mark.skip(reason=f"RECOMPUTE_FULL=1 only: {marker.kwargs['reason']}"))
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from benchmarks.harness.records import Config, Record
 from benchmarks.harness.systems import DEFAULT_SYSTEMS, make_backend
 from benchmarks.harness.training import benchmark_settings
 from recompute_pass import RecomputeOptions, RecomputePartitioner, capture_reports
-from tests.stress_support import full_only
+from tests.support.full_size import full_only
 
 
 def _quick(system: str, budget: float | None = None, model: str = "gpt") -> Config:
@@ -214,7 +214,6 @@ def test_frontier_compares_held_bytes_and_names_pointwise_excess() -> None:
     assert row.verdict == "met"
 
 
-@pytest.mark.slow
 @full_only("the worker's Inductor path; CI compiles through Inductor in tests/test_inductor.py")
 def test_inductor_configuration() -> None:
     """One real Inductor compile in a worker process (about a minute on 2 cores)."""

@@ -15,6 +15,7 @@ import torch
 from benchmarks.harness.models import model_cases
 from recompute_pass import recompute_backend
 from recompute_pass import torch_internals as ti
+from recompute_pass.capture import CapturedStep
 from recompute_pass.graph import blocks
 from recompute_pass.graph.joint_graph import JointGraph
 from recompute_pass.graph.plan_sizes import planned_hints
@@ -23,9 +24,9 @@ from recompute_pass.memory.liveness import PeakEstimate
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.partitioner import partition
 from recompute_pass.realization import JointScorer
-from tests.harness import assert_same_step, compiled_step_peak, run_step
-from tests.joint_graphs import CapturedJoint, capture_joints
-from tests.stress_support import full_only
+from tests.support.full_size import full_only
+from tests.support.harness import assert_same_step, compiled_step_peak, run_step
+from tests.support.joint_graphs import analyzed, capture_joints
 
 pytest.importorskip("transformers")
 
@@ -65,7 +66,7 @@ def _tokens() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @functools.cache
-def _captured(name: str) -> CapturedJoint:
+def _captured(name: str) -> CapturedStep:
     model = {"llama": _llama, "gpt2": _gpt2, "opt": _opt}[name]()
     (captured,) = capture_joints(model, _tokens())
     return captured
@@ -73,7 +74,7 @@ def _captured(name: str) -> CapturedJoint:
 
 @functools.cache
 def _joint(name: str) -> JointGraph:
-    return _captured(name).analyzed()
+    return analyzed(_captured(name))
 
 
 @pytest.mark.parametrize("name", ["llama", "gpt2"])
@@ -93,7 +94,7 @@ def test_a_graph_without_repeats_has_no_blocks() -> None:
     case = model_cases(layers=1, dim=64, seq=32)["mlp"]
     torch.manual_seed(0)
     (captured,) = capture_joints(case.build(), case.inputs(2))
-    graph = captured.analyzed().module
+    graph = analyzed(captured).module
     assert blocks.find_blocks(graph.graph) is None
     assert composed.for_graph(graph) is None
 

@@ -26,8 +26,8 @@ from recompute_pass import recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.partitioner import partition
-from tests.harness import Step, assert_same_step, build, case_inputs, run_step
-from tests.joint_graphs import capture_joints
+from tests.support.harness import Step, assert_same_step, build, case_inputs, run_step
+from tests.support.joint_graphs import capture_joints
 
 PYTORCH = ti.eager_aot_backend(ti.min_cut_rematerialization_partition)
 

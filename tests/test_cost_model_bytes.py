@@ -11,7 +11,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from cost_model import OpKind, SizeHints, node_cost, tensor_bytes
 from cost_model.kinds import base_name
-from tests.cost_model_support import call_nodes, joint_graphs
+from tests.support.cost_model_graphs import call_nodes, joint_graphs
 
 ITEMSIZE = {torch.float32: 4, torch.bfloat16: 2, torch.float16: 2, torch.int64: 8, torch.bool: 1}
 

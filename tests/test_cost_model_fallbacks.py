@@ -14,7 +14,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from cost_model import OpKind, SizeHints, node_cost
 from cost_model._log import log_once
 from cost_model.kinds import base_name
-from tests.cost_model_support import call_nodes, joint_graphs
+from tests.support.cost_model_graphs import call_nodes, joint_graphs
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,7 @@ from cost_model import OpKind, SizeHints, node_cost
 from cost_model.flops import in_registry
 from cost_model.kinds import base_name
 from cost_model.torch_internals import flop_registry
-from tests.cost_model_support import (
+from tests.support.cost_model_graphs import (
     MODELS,
     call_nodes,
     counted_flops,
@@ -369,7 +369,7 @@ def test_gemms_beyond_the_registry(fn, shapes: list[tuple[int, ...]], expected: 
     assert matrix[0].flops == expected
 
 
-# -- the shared helpers themselves (tests/cost_model_support.py) -------------------------
+# -- the shared helpers themselves (tests/support/cost_model_graphs.py) -------------------------
 
 
 def test_materialize_keeps_layout() -> None:

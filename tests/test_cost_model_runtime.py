@@ -20,7 +20,7 @@ from cost_model import (
     node_cost,
 )
 from cost_model.kinds import base_name
-from tests.cost_model_support import call_nodes
+from tests.support.cost_model_graphs import call_nodes
 
 H100 = PROFILES["h100"]
 

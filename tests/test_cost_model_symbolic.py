@@ -12,7 +12,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from cost_model import PROFILES, OpKind, SizeHints, estimate_runtime, node_cost
 from cost_model.kinds import base_name
 from cost_model.symbolic import shape_of
-from tests.cost_model_support import MODELS, call_nodes, joint_graphs
+from tests.support.cost_model_graphs import MODELS, call_nodes, joint_graphs
 
 
 def _shape_env(gm: torch.fx.GraphModule):

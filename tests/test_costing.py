@@ -11,8 +11,8 @@ from torch import nn
 from cost_model import is_constructor
 from recompute_pass import recompute_eager_backend
 from recompute_pass.graph.costing import build_problem, resolve_device
-from tests.harness import run_step
-from tests.joint_graphs import capture_joints
+from tests.support.harness import run_step
+from tests.support.joint_graphs import analyzed, capture_joints
 
 TOKENS, WIDTH, VOCAB = 64, 16, 96
 
@@ -38,7 +38,7 @@ def _inputs() -> tuple[torch.Tensor, torch.Tensor]:
 @functools.cache
 def _costed():
     (captured,) = capture_joints(ClassifierHead(), _inputs())
-    joint = captured.analyzed()
+    joint = analyzed(captured)
     return build_problem(joint, resolve_device("cpu", joint))
 
 

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from benchmarks.harness.meters import warnings_logged
 from recompute_pass import capture_reports, inductor_backend, recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti
-from tests.distributed_support import (
+from tests.support.distributed import (
     Recorder,
     build,
     full_grads,

@@ -11,8 +11,8 @@ import torch
 from benchmarks.harness.meters import step_memory
 from recompute_pass import fit_longest, recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti
-from tests.harness import assert_same_step, build, case_inputs, compiled_step_peak, run_step
-from tests.stress_support import full_only
+from tests.support.full_size import full_only
+from tests.support.harness import assert_same_step, build, case_inputs, compiled_step_peak, run_step
 
 pytest.importorskip("transformers")
 pytest.importorskip("peft")

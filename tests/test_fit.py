@@ -31,10 +31,10 @@ from recompute_pass.graph.sized_inputs import SizedInputs
 from recompute_pass.partitioner import partition
 from recompute_pass.search.peak_budget import choose_by_peak, segment_plans
 from recompute_pass.solver.frontier import Relaxation, hull
-from tests.harness import Step, assert_same_step, run_step
-from tests.joint_graphs import capture_joints
-from tests.scorers import FakeScorer
-from tests.stress_support import full_only
+from tests.support.full_size import full_only
+from tests.support.harness import Step, assert_same_step, run_step
+from tests.support.joint_graphs import analyzed, capture_joints
+from tests.support.scorers import FakeScorer
 
 SEQ_MAX = 128  # the model's longest sequence (its RoPE tables)
 LOW, HIGH, MULTIPLE = 16, SEQ_MAX, 8
@@ -80,7 +80,7 @@ def _compiled_step(backend: object, sizes: tuple[int, ...]) -> tuple[list[int], 
     return peaks, Step(loss.detach(), grads, 0, reports)
 
 
-@pytest.mark.parametrize("cap", [CAPS[0], pytest.param(CAPS[1], marks=[pytest.mark.slow, FULL_ONLY])])
+@pytest.mark.parametrize("cap", [CAPS[0], pytest.param(CAPS[1], marks=FULL_ONLY)])
 def test_fitted_plan_runs_under_the_cap_with_eager_gradients(cap: int) -> None:
     fit = _fit(cap)
     (measured,), step = _compiled_step(fit.backend, (fit.size,))
@@ -236,7 +236,6 @@ def test_inductor_fit_runs_under_the_cap_with_eager_gradients() -> None:
     _inductor_fit(layers=1, cap=250_000, high=48)
 
 
-@pytest.mark.slow
 @FULL_ONLY
 @pytest.mark.parametrize("cap", CAPS)
 def test_inductor_fit_two_layers(cap: int) -> None:
@@ -248,7 +247,7 @@ def test_a_cap_below_the_estimated_lowest_plan_checks_the_next_lowest() -> None:
     ranks lowest is feasible when another low-ranked plan's exact peak fits (each probe of
     ``fit_longest`` relies on this near its boundary)."""
     (joint,) = capture_joints(MLP(32, 64), (torch.randn(4, 32),))
-    costed = build_problem(joint.analyzed(), get_profile("cpu"))
+    costed = build_problem(analyzed(joint), get_profile("cpu"))
     problem = costed.problem
     frontier = hull(Relaxation.of(problem), deadline=math.inf)
     plans = list(dict.fromkeys([*frontier, *segment_plans(problem)]))

@@ -11,7 +11,7 @@ import pytest
 from benchmarks.harness.models import model_cases
 from recompute_pass import recompute_backend
 from recompute_pass import torch_internals as ti
-from tests.harness import assert_same_step, build, case_inputs, run_step
+from tests.support.harness import assert_same_step, build, case_inputs, run_step
 
 CASE = model_cases(layers=1, dim=32, seq=16)["gpt_block"]
 

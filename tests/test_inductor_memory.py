@@ -14,7 +14,6 @@ import contextlib
 import functools
 import itertools
 import logging
-import os
 import re
 
 import pytest
@@ -32,10 +31,10 @@ from recompute_pass import (
 )
 from recompute_pass import torch_internals as ti
 from recompute_pass.memory import inductor_memory
-from tests.harness import Step, assert_same_step, build, case_inputs, compiled_step_peak, run_step
-from tests.joint_graphs import reference_joints
+from tests.support.full_size import FULL, full_only
+from tests.support.harness import Step, assert_same_step, build, case_inputs, compiled_step_peak, run_step
+from tests.support.joint_graphs import partitioned, reference_joints
 
-FULL = os.environ.get("RECOMPUTE_FULL") == "1"
 CASES = model_cases(layers=1, dim=64, seq=32)
 # Reduced: the ends of the range (a compile each, ~25 s on 2 cores); a snapshot pins the
 # plan at 0.5 under Inductor's memory model.
@@ -73,7 +72,7 @@ def test_peak_falls_with_the_budget_as_predicted_through_inductor(name: str) -> 
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not FULL, reason="RECOMPUTE_FULL=1: saved-bytes budgets through Inductor")
+@full_only("saved-bytes budgets through Inductor")
 @pytest.mark.parametrize(("name", "budget"), list(itertools.product(CASES, (0.5, 0.0))))
 def test_saved_bytes_budgets_predicted_through_inductor(name: str, budget: float) -> None:
     measured, report = _measured(name, budget, "saved")
@@ -98,7 +97,7 @@ def test_peak_cap_holds_through_inductor() -> None:
 def _partition(name: str, **options: object) -> PartitionReport:
     """Partition a captured joint as Inductor's partitioner call would (no compile)."""
     (joint,) = reference_joints(name)
-    _, _, report = joint.partitioned(**options)
+    _, _, report = partitioned(joint, **options)
     return report
 
 

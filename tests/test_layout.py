@@ -127,7 +127,9 @@ def _floor(module: str) -> str:
 
 
 SUBPACKAGES = sorted(
-    name for name, path in MODULES.items() if path.name == "__init__.py" and name.count(".") == 1
+    name
+    for name, path in MODULES.items()
+    if path.name == "__init__.py" and name.count(".") == 1
     if name.split(".")[0] in PACKAGES  # floors are the library's; benchmarks' folders have none
 )
 

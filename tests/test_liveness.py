@@ -23,8 +23,8 @@ from recompute_pass.memory.plan_peak import JointSchedule
 from recompute_pass.realization import PlanNodes, realize
 from recompute_pass.search.peak_budget import segment_plans
 from recompute_pass.solver.frontier import Relaxation, hull
-from tests.harness import assert_same_step, build, case_inputs, run_step
-from tests.joint_graphs import capture_joints
+from tests.support.harness import assert_same_step, build, case_inputs, run_step
+from tests.support.joint_graphs import analyzed, capture_joints
 
 CASES = model_cases(layers=1, dim=32, seq=16)
 
@@ -97,7 +97,7 @@ def test_joint_schedule_predicts_what_extraction_emits(name: str, fallback_rando
     segment plans, it must equal the prediction on the extracted graphs, to the byte."""
     case = model_cases()[name]
     (captured,) = capture_joints(build(case), case_inputs(case))
-    joint = captured.analyzed()
+    joint = analyzed(captured)
     costed = build_problem(joint, resolve_device("cpu", joint))
     hull_plans = hull(Relaxation.of(costed.problem), deadline=time.monotonic() + 60)
     plans = [*hull_plans, *segment_plans(costed.problem)]

@@ -35,9 +35,10 @@ from cost_model import (
     node_cost,
 )
 from recompute_pass import RecomputeOptions
+from recompute_pass.capture import CapturedStep
 from recompute_pass.graph.costing import build_problem, fuses, measure
 from recompute_pass.partitioner import partition
-from tests.joint_graphs import CapturedJoint, reference_joints
+from tests.support.joint_graphs import analyzed, reference_joints
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU = get_profile("cpu")
@@ -61,9 +62,9 @@ def stand_in(seconds: Callable[[fx.Node], float] = lambda n: 1e-6 * len(str(n.ta
     return fake
 
 
-def joint_of(name: str) -> tuple[CapturedJoint, object]:
+def joint_of(name: str) -> tuple[CapturedStep, object]:
     (captured,) = reference_joints(name)
-    return captured, captured.analyzed()
+    return captured, analyzed(captured)
 
 
 def partition_report(name: str, compiler: str | None = None, **options: object):

@@ -1,6 +1,6 @@
 """Offload end to end on this CPU: plans, rewritten graphs and gradients.
 
-The host tier is ``tests/offload_standin.py``'s stand-in (the transfer is a copy; tests
+The host tier is ``tests/support/offload_standin.py``'s stand-in (the transfer is a copy; tests
 only), with the CPU profile given a host link (``STANDIN_PROFILE``). Values must be at
 least ``MIN_OFFLOAD_BYTES`` to be offloaded, hence a model wider than the other tests'.
 """
@@ -21,8 +21,8 @@ from recompute_pass import PartitionReport, RecomputeOptions, recompute_backend,
 from recompute_pass import torch_internals as ti
 from recompute_pass.graph.costing import resolve_device
 from recompute_pass.offloading.schedule import offloadable
-from tests.harness import assert_same_step, build, case_inputs, run_step
-from tests.offload_standin import STANDIN_PROFILE, cpu_host_tier
+from tests.support.harness import assert_same_step, build, case_inputs, run_step
+from tests.support.offload_standin import STANDIN_PROFILE, cpu_host_tier
 
 CASE = model_cases(layers=1, dim=128, seq=64)["llama"]
 

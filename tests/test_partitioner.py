@@ -14,7 +14,7 @@ from benchmarks.harness.models import model_cases
 from recompute_pass import capture_reports, recompute_eager_backend
 from recompute_pass import torch_internals as ti
 from recompute_pass.graph.costing import resolve_device
-from tests.harness import assert_same_step, build, case_inputs, run_step
+from tests.support.harness import assert_same_step, build, case_inputs, run_step
 
 CASES = model_cases()
 MODELS = ["mlp", "gpt_block", "llama_block", "cnn"]

@@ -16,7 +16,7 @@ import torch
 from benchmarks.harness.meters import step_memory
 from benchmarks.harness.models import model_cases
 from recompute_pass import PartitionReport, RecomputeOptions, capture_reports, recompute_eager_backend
-from tests.harness import assert_same_step, build, case_inputs, run_step
+from tests.support.harness import assert_same_step, build, case_inputs, run_step
 
 pytestmark = pytest.mark.usefixtures("fallback_random")  # conftest: the GPT's dropout draws eager's masks
 BUDGETS = (1.0, 0.5, 0.0)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-import os
 import random
 import time
 
@@ -27,11 +26,12 @@ from recompute_pass.search.peak_budget import choose_by_peak, segment_plans
 from recompute_pass.search.peak_milp import PeakModel, PeakSolver
 from recompute_pass.solver.frontier import Relaxation, hull
 from recompute_pass.solver.problem import Plan, Problem
-from tests.harness import assert_same_step, run_step
-from tests.joint_graphs import capture_joints, reference_joints
-from tests.scorers import FakeScorer
+from tests.support.full_size import full_only
+from tests.support.harness import assert_same_step, run_step
+from tests.support.joint_graphs import analyzed, capture_joints, reference_joints
+from tests.support.scorers import FakeScorer
 
-FULL_ONLY = pytest.mark.skipif(os.environ.get("RECOMPUTE_FULL") != "1", reason="RECOMPUTE_FULL=1 runs it")
+FULL_ONLY = full_only("the zoo's blocks, 15-35 s each")
 CHOICES = 10  # items free to be saved or recomputed in the brute force: 2**10 saved sets
 
 
@@ -87,7 +87,7 @@ def _case(name: str) -> Case:
         (captured,) = capture_joints(Chain(16, 8, dropout=False), [torch.randn(32, 16)])
     else:
         (captured,) = reference_joints(name)
-    joint = captured.analyzed()
+    joint = analyzed(captured)
     costed = build_problem(joint, resolve_device("cpu", joint))
     return Case(costed, JointSchedule.of(joint, costed.hints))
 
@@ -140,10 +140,7 @@ def test_model_peak_equals_the_walk_on_every_plan(name: str) -> None:
         "deep_chain",
         "mlp",
         # The zoo's blocks (attention, dropout, norms, multi-output ops): 15-35 s each.
-        *(
-            pytest.param(name, marks=[pytest.mark.slow, FULL_ONLY])
-            for name in ("gpt_block", "llama_block", "cnn")
-        ),
+        *(pytest.param(name, marks=FULL_ONLY) for name in ("gpt_block", "llama_block", "cnn")),
     ],
 )
 def test_model_peak_equals_the_walk_on_random_plans(name: str) -> None:
@@ -225,7 +222,7 @@ def test_same_graph_same_model_and_plan() -> None:
     for _ in range(2):
         torch.manual_seed(0)
         (captured,) = capture_joints(Chain(), [torch.randn(4, 8)])
-        joint = captured.analyzed()
+        joint = analyzed(captured)
         costed = build_problem(joint, resolve_device("cpu", joint))
         model = PeakModel.build(costed, JointSchedule.of(joint, costed.hints))
         plan = model.solve(min(model.peak(p) for p in segment_plans(costed.problem)), time_limit=10)

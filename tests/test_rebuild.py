@@ -10,8 +10,8 @@ from benchmarks.harness import hf_models
 from cost_model import SizeHints
 from recompute_pass import capture_reports, recompute_backend
 from recompute_pass.extract.rebuild import rebuild_at_each_use
-from tests.harness import assert_same_step, run_step
-from tests.joint_graphs import capture_joints
+from tests.support.harness import assert_same_step, run_step
+from tests.support.joint_graphs import capture_joints, partitioned, partitioned_without
 
 S = 64
 
@@ -128,7 +128,7 @@ def test_hf_attention_masks_are_rebuilt_per_block_and_lower_the_peak() -> None:
     pytest.importorskip("transformers")
     model, tokens = _hf_llama_and_tokens()
     (captured,) = capture_joints(model, tokens)
-    _, backward, report = captured.partitioned(memory_budget=0.0)
+    _, backward, report = partitioned(captured, memory_budget=0.0)
     assert any(note.startswith("rebuilt before each use") for note in report.notes), report.notes
     sdpa_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
     attention = list(backward.graph.find_nodes(op="call_function", target=sdpa_backward))
@@ -137,7 +137,7 @@ def test_hf_attention_masks_are_rebuilt_per_block_and_lower_the_peak() -> None:
     for mask, reader in zip(masks, attention, strict=True):
         assert list(mask.users) == [reader]  # held from its kernel to its one reader, nothing more
 
-    kept_once = captured.partitioned_without("rebuild_at_each_use", memory_budget=0.0)
+    kept_once = partitioned_without(captured, "rebuild_at_each_use", memory_budget=0.0)
     assert report.predicted_peak_bytes < 0.95 * kept_once.predicted_peak_bytes, (
         report.predicted_peak_bytes,
         kept_once.predicted_peak_bytes,

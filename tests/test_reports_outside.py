@@ -1,7 +1,7 @@
 """What a user sees outside the compile, across processes: a warm cache republishes the
 first run's reports; ``TORCH_TRACE`` holds one report artifact per compiled graph;
 ``TORCH_LOGS=recompute_pass`` shows the summary. Each run is a fresh process
-(``tests/report_script.py``), as a rerun of a training script is."""
+(``tests/support/report_script.py``), as a rerun of a training script is."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _run(route: str, env: dict[str, str]) -> tuple[dict[str, object], str]:
     done = subprocess.run(
-        [sys.executable, "-m", "tests.report_script", route],
+        [sys.executable, "-m", "tests.support.report_script", route],
         cwd=ROOT,
         env={**os.environ, **env},
         capture_output=True,

@@ -11,8 +11,8 @@ from cost_model import SizeHints
 from recompute_pass import capture_reports, realization, recompute_backend
 from recompute_pass import torch_internals as ti
 from recompute_pass.extract.scale import hoist_scales
-from tests.harness import assert_same_step, hf_llama_lora_all_and_tokens, run_step
-from tests.joint_graphs import capture_joints
+from tests.support.harness import assert_same_step, hf_llama_lora_all_and_tokens, run_step
+from tests.support.joint_graphs import capture_joints, partitioned, partitioned_without
 
 S, R = 64, 8
 
@@ -110,9 +110,9 @@ def test_lora_gradients_are_stored_once_and_the_peak_falls() -> None:
     pytest.importorskip("peft")
     model, tokens = hf_llama_lora_all_and_tokens(seq=64)
     (captured,) = capture_joints(model, tokens)
-    _, _, report = captured.partitioned(memory_budget=0.0)
+    _, _, report = partitioned(captured, memory_budget=0.0)
     assert any(n.startswith("scales moved onto GEMM outputs") for n in report.notes), report.notes
-    unscaled = captured.partitioned_without("hoist_scales", memory_budget=0.0)
+    unscaled = partitioned_without(captured, "hoist_scales", memory_budget=0.0)
     assert report.predicted_peak_bytes < 0.97 * unscaled.predicted_peak_bytes, (
         report.predicted_peak_bytes,
         unscaled.predicted_peak_bytes,

@@ -18,7 +18,7 @@ from recompute_pass.search.decide import decide
 from recompute_pass.search.peak_budget import PeakChoice, choose_by_peak, segment_plans
 from recompute_pass.solver.frontier import Relaxation, hull
 from recompute_pass.solver.problem import Item, Plan, Problem
-from tests.scorers import FakeScorer
+from tests.support.scorers import FakeScorer
 
 
 def _chain(n: int = 12) -> Problem:

@@ -13,15 +13,16 @@ import torch
 from expecttest import TestCase
 
 from benchmarks.harness.models import model_cases
+from recompute_pass.capture import CapturedStep
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.partitioner import partition
-from tests.joint_graphs import CapturedJoint, capture_joints
+from tests.support.joint_graphs import capture_joints
 
 CASES = model_cases(layers=1, dim=32, seq=16)
 
 
 @functools.cache
-def joint(name: str) -> CapturedJoint:
+def joint(name: str) -> CapturedStep:
     case = CASES[name]
     torch.manual_seed(0)
     model = case.build()
@@ -31,7 +32,7 @@ def joint(name: str) -> CapturedJoint:
 
 
 @functools.cache
-def lora_joint() -> CapturedJoint:
+def lora_joint() -> CapturedStep:
     """The Llama block with LoRA adapters (peft, rank 4) on its query and value projections:
     the base weights frozen, only the adapters trained."""
     from peft import LoraConfig, get_peft_model

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from benchmarks.harness.meters import step_memory
 from recompute_pass import capture_reports, recompute_eager_backend
 from recompute_pass.step import PLANNER
-from tests.distributed_support import (
+from tests.support.distributed import (
     build,
     full_grads,
     global_batch,

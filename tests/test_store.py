@@ -10,8 +10,8 @@ from cost_model import SizeHints
 from recompute_pass import capture_reports, recompute_backend
 from recompute_pass import torch_internals as ti
 from recompute_pass.extract.sums import store_sums
-from tests.harness import assert_same_step, hf_llama_lora_all_and_tokens, run_step
-from tests.joint_graphs import capture_joints
+from tests.support.harness import assert_same_step, hf_llama_lora_all_and_tokens, run_step
+from tests.support.joint_graphs import capture_joints, partitioned, partitioned_without
 
 S = 64
 
@@ -101,10 +101,10 @@ def test_lora_projections_are_stored_and_lower_the_peak() -> None:
     pytest.importorskip("peft")
     model, tokens = hf_llama_lora_all_and_tokens(seq=256)
     (captured,) = capture_joints(model, tokens)
-    _, _, report = captured.partitioned(memory_budget=0.0)
+    _, _, report = partitioned(captured, memory_budget=0.0)
     notes = [n for n in report.notes if n.startswith("stored once in backward")]
     assert notes and "mlp" in notes[0], report.notes
-    inline = captured.partitioned_without("store_sums", memory_budget=0.0)
+    inline = partitioned_without(captured, "store_sums", memory_budget=0.0)
     assert report.predicted_peak_bytes < 0.95 * inline.predicted_peak_bytes, (
         report.predicted_peak_bytes,
         inline.predicted_peak_bytes,

@@ -17,7 +17,7 @@ from torch._inductor.utils import fresh_cache
 from benchmarks.harness.models import model_cases
 from recompute_pass import recompute_backend
 from recompute_pass import torch_internals as ti
-from tests.harness import Step, assert_same_step, build, case_inputs, run_step
+from tests.support.harness import Step, assert_same_step, build, case_inputs, run_step
 
 CASE = model_cases(dim=32)["mlp"]
 

@@ -25,8 +25,8 @@ from recompute_pass.graph.costing import build_problem, resolve_device
 from recompute_pass.graph.joint_graph import analyze
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.partitioner import partition
-from tests.joint_graphs import capture_joints
-from tests.stress_support import assert_same_run, assert_valid, run_steps, spy_partitions
+from tests.support.joint_graphs import capture_joints
+from tests.support.stress import assert_same_run, assert_valid, run_steps, spy_partitions
 
 CASES = model_cases(layers=1, dim=32, seq=16)
 

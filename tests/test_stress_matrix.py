@@ -4,7 +4,7 @@ and fp16 autocast with a GradScaler.
 Fast path (our partitioner, graphs run without Inductor codegen) for every cell; Inductor
 for a sample. Tolerances, stated once:
 
-- fp32: ``tests.harness.RTOL/ATOL`` (1e-5 relative, 1e-6 absolute) against eager.
+- fp32: ``tests.support.harness.RTOL/ATOL`` (1e-5 relative, 1e-6 absolute) against eager.
 - bf16 autocast: ``BF16_RTOL/ATOL`` (four bf16 ulps) against eager, whose rounding points
   differ from the decomposed graph's; and *exactly* equal to PyTorch's own partitioner on
   the same decomposed graph, since recomputing an op on the same inputs rounds the same.
@@ -23,16 +23,9 @@ import torch
 from benchmarks.harness.models import model_cases
 from recompute_pass import capture_reports, recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti
-from tests.harness import ATOL, RTOL, Step, assert_same_step, build, case_inputs, run_step
-from tests.stress_support import (
-    BF16_ATOL,
-    BF16_RTOL,
-    FULL,
-    Partitioned,
-    assert_valid,
-    full_only,
-    spy_partitions,
-)
+from tests.support.full_size import FULL, full_only
+from tests.support.harness import ATOL, RTOL, Step, assert_same_step, build, case_inputs, run_step
+from tests.support.stress import BF16_ATOL, BF16_RTOL, Partitioned, assert_valid, spy_partitions
 
 # CI: one block of each architecture at a small size; full: the default sizes and whole models.
 CASES = model_cases() if FULL else model_cases(layers=1, dim=32, seq=16)

@@ -24,7 +24,8 @@ from benchmarks.harness.meters import saved_activation_bytes
 from recompute_pass import capture_reports, recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti
 from recompute_pass.solver.strategies import STRATEGIES
-from tests.stress_support import FULL, Partitioned, assert_valid, full_only, random_ops_in, spy_partitions
+from tests.support.full_size import FULL, full_only
+from tests.support.stress import Partitioned, assert_valid, random_ops_in, spy_partitions
 
 EXAMPLES = 2000 if FULL else 120
 BATCH, DIM, WEIGHTS = 4, 8, 3

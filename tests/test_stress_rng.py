@@ -24,15 +24,8 @@ from torch import nn
 from benchmarks.harness.models import model_cases
 from recompute_pass import recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti
-from tests.stress_support import (
-    FULL,
-    assert_same_run,
-    assert_valid,
-    full_only,
-    random_ops_in,
-    run_steps,
-    spy_partitions,
-)
+from tests.support.full_size import FULL, full_only
+from tests.support.stress import assert_same_run, assert_valid, random_ops_in, run_steps, spy_partitions
 
 BUDGETS = [1.0, 0.75, 0.5, 0.25, 0.0]
 

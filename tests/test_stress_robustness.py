@@ -33,8 +33,9 @@ import recompute_pass.solver.strategies.strategy_milp as milp_module
 from benchmarks.harness.models import model_cases
 from recompute_pass import capture_reports, recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti
-from tests.harness import Step, assert_same_step, build, case_inputs, run_step
-from tests.stress_support import FULL, assert_same_run, assert_valid, run_steps, spy_partitions
+from tests.support.full_size import FULL
+from tests.support.harness import Step, assert_same_step, build, case_inputs, run_step
+from tests.support.stress import assert_same_run, assert_valid, run_steps, spy_partitions
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = model_cases(layers=1, dim=32, seq=16)

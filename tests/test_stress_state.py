@@ -21,7 +21,7 @@ from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selectiv
 from recompute_pass import recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti
 from recompute_pass.step.planner import MAX_WAITS
-from tests.stress_support import Run, assert_same_run, assert_valid, run_steps, spy_partitions
+from tests.support.stress import Run, assert_same_run, assert_valid, run_steps, spy_partitions
 
 BUDGETS = [1.0, 0.5, 0.0]
 

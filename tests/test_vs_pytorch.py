@@ -12,12 +12,13 @@ import pytest
 
 from benchmarks.harness.partition_stats import PartitionStats, graph_stats
 from recompute_pass import torch_internals as ti
+from recompute_pass.capture import CapturedStep
 from recompute_pass.options import RecomputeOptions
 from recompute_pass.partitioner import partition
-from tests.joint_graphs import CapturedJoint, reference_joints
+from tests.support.joint_graphs import reference_joints
 
 
-def _stats(captured: CapturedJoint, forward, backward) -> PartitionStats:
+def _stats(captured: CapturedStep, forward, backward) -> PartitionStats:
     primals = [n.name for n in captured.module.graph.find_nodes(op="placeholder")]
     static = frozenset(primals[i] for i in captured.static_lifetime_input_indices)
     return graph_stats(forward, backward, num_fwd_outputs=captured.num_fwd_outputs, static_inputs=static)

@@ -566,4 +566,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_results(meta, plans, errors, fusion, timing, args.out / "RESULTS.md")
     progress(f"wrote {args.out}")
     return 0
-

@@ -370,4 +370,3 @@ def render(folder: Path) -> Path:
     fusion = [FusionRecord(**f) for f in data["fusion"]]
     timing = ProfilingTime(**data["profiling_time"])
     return write_results(data["meta"], plans, errors, fusion, timing, folder / "RESULTS.md")
-

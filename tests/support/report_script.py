@@ -1,7 +1,7 @@
 """A small training step compiled through Inductor, run in a fresh process by
 ``tests/test_reports_outside.py``: what it reports, as one ``RESULT <json>`` line.
 
-    python -m tests.report_script ROUTE   # ROUTE: backend | install
+    python -m tests.support.report_script ROUTE   # ROUTE: backend | install
 
 The model has a graph break, so the step is two compiled graphs (two reports).
 """

@@ -1,14 +1,13 @@
-"""Shared by the ``test_stress_*`` files: run size, partition spies, multi-step runs.
+"""Shared by the stress tests: partition spies, multi-step runs, tolerances.
 
-``RECOMPUTE_FULL=1`` switches the stress tests from their CI size (a few minutes on two
-cores) to the full sweeps: more models, more hypothesis examples, more Inductor compiles.
+Their size is ``full_size``'s: ``RECOMPUTE_FULL=1`` switches them from their CI size (a few
+minutes on two cores) to the full sweeps.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,15 +22,6 @@ from recompute_pass import PartitionReport, capture_reports
 from recompute_pass.extract.extraction import Partition
 from recompute_pass.search.decide import Decision
 from recompute_pass.solver.problem import Problem
-
-FULL = os.environ.get("RECOMPUTE_FULL", "") not in ("", "0")
-"""Full-size stress sweeps (``RECOMPUTE_FULL=1``); CI runs the reduced form."""
-
-
-def full_only(reason: str) -> pytest.MarkDecorator:
-    """Skip unless ``RECOMPUTE_FULL=1``: the case is covered in reduced form by default."""
-    return pytest.mark.skipif(not FULL, reason=f"RECOMPUTE_FULL=1 only: {reason}")
-
 
 # bf16 autocast: eager and compiled round intermediate values to bf16 at different points
 # (decompositions, fused casts), so gradients agree only to bf16 precision (8 bits of

@@ -16,7 +16,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from cost_model import SizeHints
 from cost_model.symbolic import to_expr
-from tests.joint_graphs import reference_joints
+from tests.support.joint_graphs import reference_joints
 
 MODELS = ("mlp", "cnn", "gpt_block", "llama_block")
 
