@@ -21,6 +21,7 @@ for a plan, and the step being recorded.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import time
@@ -297,3 +298,6 @@ def _device(args: Sequence[Any]) -> torch.device:
 
 PLANNER = StepPlanner()
 """The process's step planner."""
+# A step still recorded at exit (a forward never followed by its backward) stops its
+# profiler before the interpreter tears the profiler down under it.
+atexit.register(PLANNER.reset)
