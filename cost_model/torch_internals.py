@@ -3,7 +3,7 @@
 The cost model's counterpart of ``recompute_pass/torch_internals/`` (``cost_model``
 imports nothing from ``recompute_pass``, so it has its own boundary): torch internals move
 between releases, and a torch upgrade should touch this file only. Checked against torch
-2.13. ``tests/test_torch_internals.py`` fails loudly if a name disappears or stops working.
+2.13. ``tests/eager/test_torch_internals.py`` fails loudly if a name disappears or stops working.
 
 What comes through here:
 

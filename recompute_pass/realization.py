@@ -79,7 +79,7 @@ class JointScorer:
     or, when ``walked``, the walk itself.
 
     ``walked``: without Inductor or offload the graphs run as extracted, which the walk
-    replays exactly (tests/test_liveness.py): the search then extracts no plan and checks
+    replays exactly (tests/eager/test_liveness.py): the search then extracts no plan and checks
     every plan of the front. Otherwise exact peaks are checked for as many plans as the
     time limit is expected to allow (``peak_budget.checks_within``): a count, so that the
     plan does not depend on the machine's speed."""

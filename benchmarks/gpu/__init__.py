@@ -32,7 +32,7 @@ each phase's ``<phase>.json`` and ``<phase>.log``, and prints a one-screen summa
 
 ``--dry-run`` runs the same phases on CPU at toy sizes without codegen (peaks from the
 profiler's allocation events), two at a time, under twice the limits:
-``tests/test_gpu_run.py`` runs it (about 145 s of CPU time).
+``tests/inductor/test_gpu_run.py`` runs it (about 145 s of CPU time).
 """
 
 from __future__ import annotations

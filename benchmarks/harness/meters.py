@@ -105,7 +105,7 @@ def step_memory(
 def _no_collection() -> Iterator[None]:
     """No garbage collection inside the measured step: a collection there may free tensors
     an earlier step left in reference cycles, and the profiler would count those frees.
-    (Seen once: ``tests/test_fit.py`` measured a peak 1,016 B under its exact prediction
+    (Seen once: ``tests/inductor/test_fit.py`` measured a peak 1,016 B under its exact prediction
     in the full suite, and the prediction to the byte alone.)"""
     gc.collect()
     enabled = gc.isenabled()

@@ -308,6 +308,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     made.add_argument(
         "--no-compare", dest="compare", action="store_false", help="skip the use_cache-off rows"
     )
+    made.add_argument(
+        "--timing",
+        action="store_true",
+        help="instead: the first two steps of a per-block compile, ours against torch.compile's",
+    )
+    made.add_argument("--repeats", type=int, default=2, help="--timing's runs of each system")
     made.add_argument("--one", help=argparse.SUPPRESS)  # one configuration, as JSON (a worker)
     add_shape_arguments(made, layers=12, seq=512, dim=256)
     made.set_defaults(vocab=2048)

@@ -26,7 +26,7 @@ lowering, about a second per graph of the zoo's 2-layer models on 2 CPU cores), 
 (``PythonWrapperCodegen``: ``AllocateLine``, ``FreeIfNotReusedLine``,
 ``decide_inplace_update``, ``remove_kernel_local_buffers``) on the scheduled kernels. The
 forward's outputs carry over to the backward, which frees its donated inputs at their
-last use. ``tests/test_inductor_memory.py`` checks it against the allocator.
+last use. ``tests/inductor/test_inductor_memory.py`` checks it against the allocator.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ autograd-order reordering would emit, on the joint graph's own nodes, and walks 
   preceded by the recomputed values it still lacks, in graph order: recomputation just in
   time, as ``reordering_to_mimic_autograd_engine`` places it.
 
-``tests/test_liveness.py`` checks it against the prediction on the extracted graphs.
+``tests/eager/test_liveness.py`` checks it against the prediction on the extracted graphs.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 Floor 0 (below every other): imports torch alone, nothing else of the package.
 
 Torch internals move between releases; a torch upgrade should touch this package only.
-Checked against torch 2.13. ``tests/test_torch_internals.py`` fails loudly if a name
+Checked against torch 2.13. ``tests/eager/test_torch_internals.py`` fails loudly if a name
 disappears. A new name goes in the module of its area, and is exported here:
 
 - ``aot``: AOTAutograd: the joint graph's bookkeeping, PyTorch's partitioners, the eager route;

@@ -1,6 +1,6 @@
 """Shared helpers for the cost-model tests: reference joint graphs and FLOP references.
 
-A helper module, not collected by pytest; ``tests/test_cost_model_flops.py`` tests the
+A helper module, not collected by pytest; ``tests/eager/test_cost_model_flops.py`` tests the
 helpers themselves.
 """
 

@@ -1,5 +1,5 @@
 """A small training step compiled through Inductor, run in a fresh process by
-``tests/test_reports_outside.py``: what it reports, as one ``RESULT <json>`` line.
+``tests/inductor/test_reports_outside.py``: what it reports, as one ``RESULT <json>`` line.
 
     python -m tests.support.report_script ROUTE   # ROUTE: backend | install
 

@@ -40,7 +40,7 @@ from recompute_pass.graph.costing import build_problem, fuses, measure
 from recompute_pass.partitioner import partition
 from tests.support.joint_graphs import analyzed, reference_joints
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CPU = get_profile("cpu")
 TEST_PROFILE = DeviceProfile("calibrated-test", {torch.float32: 2e11}, 2e10, 3e-6)
 

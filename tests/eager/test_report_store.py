@@ -1,6 +1,6 @@
 """Reports that survive a warm cache (``recompute_pass.report.store``), without compiling:
 the JSON round trip, and what a cache miss stores and a hit republishes. The same through
-real compiles in two processes: ``tests/test_reports_outside.py``."""
+real compiles in two processes: ``tests/inductor/test_reports_outside.py``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The chosen partitions, pinned as readable reports.
 
-Regenerate after an intended change with ``EXPECTTEST_ACCEPT=1 pytest tests/test_snapshots.py``
+Regenerate after an intended change with ``EXPECTTEST_ACCEPT=1 pytest tests/eager/test_snapshots.py``
 and review the diff: every changed line is a changed decision.
 """
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("recompute_pass", "cost_model")
 CHECKED = (*PACKAGES, "benchmarks")  # benchmarks: for import cycles only
 # Each package's door to torch internals: a module, or a package with its modules.

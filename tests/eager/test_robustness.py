@@ -37,7 +37,7 @@ from tests.support.full_size import FULL
 from tests.support.harness import Step, assert_same_step, build, case_inputs, run_step
 from tests.support.stress import assert_same_run, assert_valid, run_steps, spy_partitions
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CASES = model_cases(layers=1, dim=32, seq=16)
 _real_milp = scipy.optimize.milp
 PYTORCH_FAST_PATH = ti.eager_aot_backend(ti.min_cut_rematerialization_partition)

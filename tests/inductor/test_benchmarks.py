@@ -214,7 +214,7 @@ def test_frontier_compares_held_bytes_and_names_pointwise_excess() -> None:
     assert row.verdict == "met"
 
 
-@full_only("the worker's Inductor path; CI compiles through Inductor in tests/test_inductor.py")
+@full_only("the worker's Inductor path; CI compiles through Inductor in tests/inductor/test_inductor.py")
 def test_inductor_configuration() -> None:
     """One real Inductor compile in a worker process (about a minute on 2 cores)."""
     record = run_worker(dataclasses.replace(_quick("recompute", 0.0), path="inductor"), timeout=900)

@@ -1,0 +1,13 @@
+"""The eager tier: our partitioner through AOTAutograd, no code generation (``support/tiers.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.tiers import mark_tier
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    mark_tier(items, Path(__file__).parent, pytest.mark.eager)

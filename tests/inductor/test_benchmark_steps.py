@@ -1,0 +1,30 @@
+"""``benchmarks.steps`` at a toy size: both modes run and write what they claim."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from benchmarks import steps
+
+TOY = ["--models", "hf_llama", "--layers", "2", "--dim", "32", "--seq", "16", "--batch", "1", "--vocab", "64"]
+
+
+def test_the_steps_study_measures_budgets_and_a_cap_at_a_toy_size(tmp_path: Path) -> None:
+    args = [*TOY, "--routes", "block", "--budgets", "1", "0", "--no-compare", "--out", str(tmp_path)]
+    assert steps.main(args) == 0
+    rows = json.loads((tmp_path / "steps.json").read_text())["rows"]
+    assert [r["budget"] for r in rows] == [1.0, 0.0, "cap"]
+    assert rows[2]["measured"] <= rows[2]["cap"]
+    for row in rows:
+        assert row["predicted"] == row["measured"] or abs(row["predicted"] / row["measured"] - 1) < 0.01, row
+        assert row["grad_error"] < 1e-4
+    assert "One step, many graphs" in (tmp_path / "RESULTS.md").read_text()
+
+
+def test_the_steps_timing_compares_with_torch_compile(tmp_path: Path) -> None:
+    assert steps.main([*TOY, "--timing", "--budgets", "0", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "timing.json").read_text())["rows"]
+    assert {r["system"] for r in rows} == {"compile", "recompute"}
+    assert all(r["first_two_steps_s"] > 0 for r in rows)
+    assert "ratio to torch.compile" in (tmp_path / "RESULTS.md").read_text()
