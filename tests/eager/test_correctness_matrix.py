@@ -23,7 +23,7 @@ import torch
 from benchmarks.harness.models import model_cases
 from recompute_pass import capture_reports, recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti
-from tests.support.full_size import FULL, full_only
+from tests.support.full_size import FULL
 from tests.support.harness import ATOL, RTOL, Step, assert_same_step, build, case_inputs, run_step
 from tests.support.stress import BF16_ATOL, BF16_RTOL, Partitioned, assert_valid, spy_partitions
 
@@ -140,19 +140,6 @@ def _inductor_case(name: str, budget: float, shape: str, precision: str) -> None
         with ti.inductor_config.patch(force_disable_caches=True, fallback_random=True):
             pytorch = _step(name, "inductor", shape, precision)
         assert_same_step(step, pytorch, rtol=BF16_RTOL, atol=BF16_ATOL)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(("name", "budget", "shape", "precision"), INDUCTOR_SAMPLE)
-def test_inductor_sample(name: str, budget: float, shape: str, precision: str) -> None:
-    _inductor_case(name, budget, shape, precision)
-
-
-@pytest.mark.slow
-@full_only("more Inductor compiles")
-@pytest.mark.parametrize(("name", "budget", "shape", "precision"), INDUCTOR_FULL)
-def test_inductor_full(name: str, budget: float, shape: str, precision: str) -> None:
-    _inductor_case(name, budget, shape, precision)
 
 
 # fp16 autocast with a GradScaler: the scaled loss's backward through our graphs, unscaled by

@@ -17,7 +17,7 @@ from torch import fx, nn
 import recompute_pass.partitioner as partitioner
 from benchmarks.harness.models import model_cases
 from cost_model import calibrate
-from recompute_pass import PartitionReport, RecomputeOptions, recompute_backend, recompute_eager_backend
+from recompute_pass import PartitionReport, RecomputeOptions, recompute_eager_backend
 from recompute_pass import torch_internals as ti
 from recompute_pass.graph.costing import resolve_device
 from recompute_pass.offloading.schedule import offloadable
@@ -249,17 +249,3 @@ def test_gh200_is_detected_before_h200(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(torch.cuda, "get_device_name", lambda device, gpu=gpu: gpu)
         profile = resolve_device("auto", joint)  # type: ignore[arg-type]
         assert profile.name == name and profile.has_host_link
-
-
-@pytest.mark.slow
-def test_through_inductor(eager: object) -> None:
-    """Inductor compiles the ``ao`` ops as fallback kernels; its buffer reuse after a wait
-    in mid-graph must not write into a storage the wait freed (``offload_extraction``)."""
-    with ti.inductor_config.patch(force_disable_caches=True):
-        backend = recompute_backend.with_options(
-            memory_budget=0.0, fallback=False, offload=True, device=STANDIN_PROFILE
-        )
-        step = run_step(build(CASE), case_inputs(CASE), backend=backend)
-    assert_same_step(step, eager)  # type: ignore[arg-type]
-    (report,) = step.reports
-    assert report.offloaded and report.peak_model == "graph"

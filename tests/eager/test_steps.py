@@ -258,12 +258,6 @@ def test_per_block_with_hfs_kv_cache_reports_what_the_caller_holds() -> None:
     assert report.calls == LAYERS and len(report.graphs) == LAYERS  # each layer a graph of its own
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("route", ["block", "break"])
-def test_a_step_of_many_graphs_meets_its_budget_through_inductor(route: str) -> None:
-    _check_route(route, recompute_pass.recompute_backend)
-
-
 def test_fit_longest_plans_each_size_of_a_step_compiled_per_block() -> None:
     """``fit_longest`` on a per-block compile: each probed size is a step planned under the
     cap (nothing compiled for real); the size found fits when run, the next does not."""
@@ -353,15 +347,3 @@ def test_plan_steps_off_plans_each_graph_alone() -> None:
     assert not reports.steps and len(reports) == 1 and reports[0].solver == "peak"
     with pytest.raises(ValueError, match="plan_steps"):
         recompute_pass.RecomputeOptions(plan_steps="yes")  # type: ignore[arg-type]
-
-
-@pytest.mark.slow
-def test_install_plans_the_step_of_a_per_block_compile() -> None:
-    """A trainer's own ``block.compile()`` (Inductor, by default), our partitioner installed:
-    the blocks' step is planned, and its cap holds."""
-    model = _llama()
-    with recompute_pass.install(memory_budget=0.0):
-        compiled, report = _planned_step(model, "block", "inductor")
-        peak, _ = _measured(compiled, model)
-    assert report.calls == LAYERS and all(g.planned for g in report.graphs)
-    assert peak == pytest.approx(report.predicted_peak_bytes, rel=0.01)

@@ -89,7 +89,6 @@ def test_report_counts_the_gradients() -> None:
             assert gradients.elements == sum(p.numel() for p in model.parameters())
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "budget"),
     [
@@ -107,7 +106,6 @@ def test_peak_predicted_through_inductor(name, budget) -> None:
     )
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "name", ["llama_lora", pytest.param("gpt2_lora_all", marks=full_only("CI runs the Llama LoRA"))]
 )
@@ -128,7 +126,6 @@ def test_budget_one_peaks_no_higher_than_torch_compile_on_lora(name) -> None:
     assert abs(report.predicted_peak_bytes - ours) <= TOLERANCE * ours
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "inductor",
     [False, pytest.param(True, marks=full_only("a dozen Inductor compiles; CI fits without codegen"))],

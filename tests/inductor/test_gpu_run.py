@@ -8,12 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
 def test_dry_run_runs_every_phase(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.gpu", "--dry-run", "--out", str(tmp_path)],

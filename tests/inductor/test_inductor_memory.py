@@ -59,7 +59,6 @@ DEFAULT_MODELS = ("llama", "gpt")
 MODELS = tuple(CASES) if FULL else DEFAULT_MODELS
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", MODELS)
 def test_peak_falls_with_the_budget_as_predicted_through_inductor(name: str) -> None:
     sweep = {budget: _measured(name, budget, "peak") for budget in PEAK_BUDGETS}
@@ -71,7 +70,6 @@ def test_peak_falls_with_the_budget_as_predicted_through_inductor(name: str) -> 
         assert predicted <= report.budget_bytes
 
 
-@pytest.mark.slow
 @full_only("saved-bytes budgets through Inductor")
 @pytest.mark.parametrize(("name", "budget"), list(itertools.product(CASES, (0.5, 0.0))))
 def test_saved_bytes_budgets_predicted_through_inductor(name: str, budget: float) -> None:
@@ -79,7 +77,6 @@ def test_saved_bytes_budgets_predicted_through_inductor(name: str, budget: float
     assert abs(report.predicted_peak_bytes - measured) <= TOLERANCE * measured
 
 
-@pytest.mark.slow
 def test_peak_cap_holds_through_inductor() -> None:
     low, _ = _measured("llama", 0.0, "peak")
     high, _ = _measured("llama", 1.0, "peak")

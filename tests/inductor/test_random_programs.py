@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings
@@ -242,7 +241,6 @@ def _check_program(
         torch.testing.assert_close(actual.grads, reference.grads, rtol=rtol, atol=atol)
 
 
-@pytest.mark.slow
 @settings(
     max_examples=EXAMPLES,
     deadline=None,
@@ -256,7 +254,6 @@ def test_random_program(
     _check_program(program, budget, solver, input_grad, inductor=False)
 
 
-@pytest.mark.slow
 @full_only("Inductor compiles cost seconds per example")
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(program=PROGRAMS, budget=BUDGET_OPTIONS, solver=SOLVERS, input_grad=st.booleans())

@@ -115,7 +115,6 @@ def _inductor_rng_runs(model: nn.Module, inputs: list[torch.Tensor], budgets: li
     return default, ours
 
 
-@pytest.mark.slow
 def test_inductor_rng_matches_plain_torch_compile() -> None:
     model, inputs = _model(), _inputs()
     default, ours = _inductor_rng_runs(model, inputs, [1.0, 0.0])
@@ -132,7 +131,6 @@ def test_inductor_rng_matches_plain_torch_compile() -> None:
             assert report.saved_bytes < ours[1.0].reports[0].saved_bytes
 
 
-@pytest.mark.slow
 @full_only("a GPT block through Inductor with its RNG")
 def test_inductor_rng_gpt_block_matches_plain_torch_compile() -> None:
     case = model_cases(layers=1, dim=32, seq=16)["gpt_block"]

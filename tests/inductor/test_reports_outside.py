@@ -57,7 +57,6 @@ def _trace_artifacts(
     return reports, compiled
 
 
-@pytest.mark.slow  # two Inductor compiles of a tiny two-graph step, and two warm runs: ~2-3 min on 2 cores
 @pytest.mark.parametrize("route", ["backend", "install"])
 def test_a_warm_cache_republishes_the_first_runs_reports(route: str, tmp_path: Path) -> None:
     """The second run returns the plan from AOTAutograd's cache without calling the

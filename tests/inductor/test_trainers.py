@@ -112,7 +112,6 @@ def _backend(mode: str) -> str:
     return "recompute" if mode == "ours" else "inductor"
 
 
-@pytest.mark.slow  # two Inductor compiles of the whole model: 4 min on the loaded 2 cores, 1-2 idle
 def test_hf_trainer_with_torch_compile_and_install(tmp_path: Path) -> None:
     """``TrainingArguments(torch_compile=True)`` compiles through accelerate, which refuses
     backend names outside its enum (``torch_compile_backend="recompute"`` raises): ``install``."""
@@ -174,7 +173,6 @@ def test_hf_trainer_refuses_our_backend_name(tmp_path: Path) -> None:
         AcceleratorState._reset_state(True)
 
 
-@pytest.mark.slow  # as the HF Trainer recipe
 def test_accelerate_with_dynamo_backend_inductor_and_install() -> None:
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
@@ -201,7 +199,6 @@ def test_accelerate_with_dynamo_backend_inductor_and_install() -> None:
     _both(run)
 
 
-@pytest.mark.slow  # as the HF Trainer recipe, plus Lightning's import and set-up
 def test_lightning_with_the_backend_by_name() -> None:
     """Lightning compiles nothing itself and takes a compiled LightningModule: the backend
     goes by name (options from ``recompute_pass.config``)."""

@@ -47,7 +47,6 @@ def cold_budget_zero() -> Step:
         return _compile(0.0)[0]
 
 
-@pytest.mark.slow
 def test_changing_the_budget_with_warm_caches_gives_the_new_plan(warm_caches: None, cold_budget_zero) -> None:
     first, hits = _compile(1.0)
     assert hits == 0 and len(first.reports) == 1  # cold: our partitioner ran
