@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from recompute_pass import torch_internals as ti
+from recompute_pass.step import PLANNER
 from tests.support.full_size import FULL
 
 
@@ -24,6 +25,14 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     item.add_marker(pytest.mark.slow)
     if not FULL:
         item.add_marker(pytest.mark.skip(reason=f"RECOMPUTE_FULL=1 only: {marker.kwargs['reason']}"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _steps_forgotten_after_each_module() -> Iterator[None]:
+    """A module's compiled graphs waiting for a step plan do not wait into the next
+    module's tests (the step planner is one per process)."""
+    yield
+    PLANNER.reset()
 
 
 @pytest.fixture

@@ -64,6 +64,8 @@ class NextModuleCall:
         NextModuleCall._active = self
 
     def _pre_forward(self, module: object, args: object) -> None:
+        if torch.compiler.is_compiling():  # traced by a capture that ran no compile start
+            return
         self.remove()
         self._fired(args)
 

@@ -19,6 +19,7 @@ import torch
 import recompute_pass
 from benchmarks.harness.meters import step_memory
 from recompute_pass import capture_reports
+from recompute_pass import torch_internals as ti
 from recompute_pass.step import PLANNER
 from recompute_pass.step.compose import compose
 from recompute_pass.step.recording import Call, Event, EventKind, PlanMemory, StepRecording
@@ -347,3 +348,24 @@ def test_plan_steps_off_plans_each_graph_alone() -> None:
     assert not reports.steps and len(reports) == 1 and reports[0].solver == "peak"
     with pytest.raises(ValueError, match="plan_steps"):
         recompute_pass.RecomputeOptions(plan_steps="yes")  # type: ignore[arg-type]
+
+
+def test_the_step_start_hook_fires_once_and_dynamo_never_traces_it() -> None:
+    """The planner's step-start hook (a global forward pre-hook) fires at the next module
+    call run eagerly, once; a compile that starts while it is set removes it first, so
+    Dynamo never traces it (nor guards on it)."""
+    fired: list[object] = []
+    x = torch.randn(2, 4)
+    ti.NextModuleCall(fired.append)
+    outer = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    outer(x)
+    outer(x)
+    assert len(fired) == 1 and fired[0][0] is x  # its args, once
+    ti.NextModuleCall(fired.append)
+    inner = torch.nn.Linear(4, 4)
+    inner.compile(backend="eager")  # in place: the hooks would run inside the compiled frame
+    counters = torch._dynamo.utils.counters
+    counters.clear()
+    inner(x)
+    assert len(fired) == 1 and ti.NextModuleCall._active is None
+    assert counters["frames"]["ok"] >= 1 and not counters["graph_break"]
