@@ -4,9 +4,12 @@
 - ``eager/``: our partitioner through Dynamo and AOTAutograd with the eager backend (no
   code generation), and what runs in other processes without Inductor.
 - ``inductor/``: Inductor's lowering or code generation; ``slow``.
+- ``distributed/``: spawned gloo process groups (eager or Inductor inside); ``slow``.
 
-The quick loop is ``pytest -m "not slow"``: the unit and eager tiers, less the full-size
-cases and the few eager tests marked ``slow`` for what they spawn.
+The quick loop is ``pytest -m "not slow"``: the unit and eager tiers, less their
+full-size cases and two kinds marked ``slow`` by hand in ``eager/``: a test that starts
+fresh interpreters, and the Inductor cases of PyTorch's ported suite (``pytorch_ac``,
+kept in upstream's one file).
 """
 
 from __future__ import annotations

@@ -29,7 +29,6 @@ from tests.support.distributed import (
 
 pytestmark = [
     pytest.mark.skipif(not dist.is_available(), reason="torch.distributed unavailable"),
-    pytest.mark.slow,
 ]
 
 # FSDP2 on gloo frees a gathered buffer early or late as its collective's thread finishes:

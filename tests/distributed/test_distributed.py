@@ -337,3 +337,8 @@ def test_collectives_are_never_recomputable_even_when_tagged_for_recompute(singl
     fn(torch.randn(4, 16)).backward()
     assert set(found) == {"all_reduce", "wait_tensor"}
     assert all(not can and "collective" in reason for can, reason in found.values()), found
+
+
+def test_fsdp2_through_inductor() -> None:
+    ranks = run_ranks(_fsdp_rank, budgets=(0.5,), inductor=True, timeout=480)
+    _check_common(ranks, 0.5)
