@@ -141,7 +141,7 @@ def test_many_graphs_are_searched_locally_and_still_fit() -> None:
 LAYERS, DIM, SEQ, VOCAB = 4, 64, 64, 256
 
 
-def _llama(use_cache: bool = False) -> torch.nn.Module:
+def _llama(use_cache: bool = False, positions: int = SEQ) -> torch.nn.Module:
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
         vocab_size=VOCAB,
@@ -150,7 +150,7 @@ def _llama(use_cache: bool = False) -> torch.nn.Module:
         num_hidden_layers=LAYERS,
         num_attention_heads=4,
         num_key_value_heads=4,
-        max_position_embeddings=SEQ,
+        max_position_embeddings=positions,
         use_cache=use_cache,
     )
     return transformers.LlamaForCausalLM(config)
@@ -262,18 +262,7 @@ def test_per_block_with_hfs_kv_cache_reports_what_the_caller_holds() -> None:
 def test_fit_longest_plans_each_size_of_a_step_compiled_per_block() -> None:
     """``fit_longest`` on a per-block compile: each probed size is a step planned under the
     cap (nothing compiled for real); the size found fits when run, the next does not."""
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=DIM,
-        intermediate_size=176,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=1024,
-        use_cache=False,
-    )
-    model = _Loss(transformers.LlamaForCausalLM(config))
+    model = _Loss(_llama(positions=1024))
     cap = 2_000_000
 
     def tokens(n: int) -> tuple[torch.Tensor]:
