@@ -4,7 +4,7 @@ step budget their plans are chosen together, so that the step's peak meets the b
 
 ``recording`` (plain data of one step) <- ``recorder`` (watches it run, through
 ``meters``); ``fronts`` (each graph's plans, as the step sees them); ``compose`` (the
-step's peak under a choice) and ``solve`` (the choice); ``graphs`` (the callable Dynamo
+step's peak under a choice) and ``choice`` (the choice); ``graphs`` (the callable Dynamo
 runs, provisional until planned); ``planner`` (the process's coordinator); ``report``.
 
 Floor 9: may import ``partitioner``, ``capture``, ``realization``, ``plan_sync``, ``report``,

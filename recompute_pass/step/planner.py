@@ -10,7 +10,7 @@ for a plan, and the step being recorded.
   graph at a step's start (the first call ever, or the first after a backward pass
   ended) to the end of that step's backward pass.
 - Then each waiting graph's front of plans is built (``fronts``; graphs equal in
-  structure share one), one plan per graph is chosen for the step's budget (``solve``),
+  structure share one), one plan per graph is chosen for the step's budget (``choice``),
   each graph is compiled once under its plan (``graphs``), and the step's report is
   published (``report``).
 - A graph compiled later (a recompile, a new shape) waits for the next step that starts
@@ -33,13 +33,13 @@ import torch
 
 from recompute_pass import torch_internals as ti
 from recompute_pass.partitioner import FixedPlan
+from recompute_pass.step.choice import StepChoice, choose
 from recompute_pass.step.compose import compose
 from recompute_pass.step.fronts import GraphFront, front
 from recompute_pass.step.graphs import StepGraph
 from recompute_pass.step.recorder import Recorder
 from recompute_pass.step.recording import StepRecording
 from recompute_pass.step.report import StepReport, build_step_report, publish_step
-from recompute_pass.step.solve import StepChoice, choose
 
 log = logging.getLogger(__name__)
 

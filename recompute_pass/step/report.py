@@ -16,8 +16,8 @@ from typing import Any
 
 from recompute_pass import torch_internals as ti
 from recompute_pass.report import publish_step_to_captures
+from recompute_pass.step.choice import StepChoice
 from recompute_pass.step.recording import StepRecording
-from recompute_pass.step.solve import StepChoice
 
 log = logging.getLogger("recompute_pass.step")
 

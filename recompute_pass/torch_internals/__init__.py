@@ -17,7 +17,7 @@ disappears. A new name goes in the module of its area, and is exported here:
 - ``offload_ops``: the activation-offload ops;
 - ``ops``: operator schemas;
 - ``rng``: replaying random draws;
-- ``runtime``: the running step: backward passes watched, a CPU memory profile, Dynamo's
+- ``watching``: the running step: backward passes watched, a CPU memory profile, Dynamo's
   contexts kept for a later compile;
 - ``shapes``: symbolic shapes and fake tensors;
 - ``tracing``: the structured trace.
@@ -35,9 +35,9 @@ from recompute_pass.torch_internals import (
     offload_ops,
     ops,
     rng,
-    runtime,
     shapes,
     tracing,
+    watching,
 )
 from recompute_pass.torch_internals.aot import *
 from recompute_pass.torch_internals.caches import *
@@ -48,9 +48,9 @@ from recompute_pass.torch_internals.lazy_modules import *
 from recompute_pass.torch_internals.offload_ops import *
 from recompute_pass.torch_internals.ops import *
 from recompute_pass.torch_internals.rng import *
-from recompute_pass.torch_internals.runtime import *
 from recompute_pass.torch_internals.shapes import *
 from recompute_pass.torch_internals.tracing import *
+from recompute_pass.torch_internals.watching import *
 
 # Each area lists its names in its own ``__all__``; the package exports them all.
 __all__ = [
@@ -63,7 +63,7 @@ __all__ = [
     *offload_ops.__all__,
     *ops.__all__,
     *rng.__all__,
-    *runtime.__all__,
+    *watching.__all__,
     *shapes.__all__,
     *tracing.__all__,
 ]

@@ -21,9 +21,9 @@ from benchmarks.harness.meters import step_memory
 from recompute_pass import capture_reports
 from recompute_pass import torch_internals as ti
 from recompute_pass.step import PLANNER
+from recompute_pass.step.choice import EXHAUSTIVE, choose
 from recompute_pass.step.compose import compose
 from recompute_pass.step.recording import Call, Event, EventKind, PlanMemory, StepRecording
-from recompute_pass.step.solve import EXHAUSTIVE, choose
 
 transformers = pytest.importorskip("transformers")
 
