@@ -118,14 +118,45 @@ class StepGraph:
         assert compiled is not None
         return compiled
 
-    def finish(self, plan: FixedPlan | None) -> None:
-        """Compile for real, under ``plan`` (None: the graph's own choice, as alone)."""
+    def finish(self, plan: FixedPlan | None, compiled: dict[str, StepGraph] | None = None) -> None:
+        """Compile for real, under ``plan`` (None: the graph's own choice, as alone).
+
+        ``compiled``: graphs finished in this step by identity (``identity``): a graph
+        identical to one of them, under the same plan, runs that one's compiled code
+        rather than compiling it again (a per-block compile that Dynamo recompiles for each
+        block, for a guard on a constant such as HF's KV-cache layer index)."""
         start = time.perf_counter()
-        with self.context.restored():
-            self.compiled = self._compile(_copy(self.module), list(self.inputs), plan)
+        identity = None if compiled is None else self.identity(plan)
+        twin = None if compiled is None or identity is None else compiled.get(identity)
+        if twin is not None:
+            self.compiled, self.current = twin.compiled, twin.current
+        else:
+            with self.context.restored():
+                self.compiled = self._compile(_copy(self.module), list(self.inputs), plan)
+            if compiled is not None and identity is not None:
+                compiled[identity] = self
         self.plan = plan
         self.provisional = None
         self.compile_seconds += time.perf_counter() - start
+
+    def identity(self, plan: FixedPlan | None) -> str | None:
+        """What makes two graphs' compiled code interchangeable: the same code (constants
+        and strings included), the same inputs (shapes, strides, dtypes, devices), the same
+        route, config and plan. None where the graph holds values of its own (a constant
+        tensor, a submodule), which its code does not show."""
+        if any(node.op == "get_attr" for node in self.module.graph.nodes):
+            return None
+        inputs = [
+            (tuple(x.shape), tuple(x.stride()), str(x.dtype), str(x.device), x.requires_grad)
+            if isinstance(x, torch.Tensor)
+            else repr(x)
+            for x in self.inputs
+        ]
+        patches = sorted((self.config_patches or {}).items(), key=lambda item: item[0])
+        plan_digest = None if plan is None else plan.digest()
+        route = (self.inductor, repr(patches), self.options.cache_key())
+        described = (self.module.code, inputs, route, plan_digest)
+        return hashlib.sha256(repr(described).encode()).hexdigest()
 
     def captured(self) -> CapturedStep:
         """The joint graph the final compile will partition: traced as it will be (the same

@@ -246,6 +246,7 @@ class StepPlanner:
         memories = [front_of(g).memories() if g in chosen else None for g in graphs]
         choice = choose(recording, memories, ratio=ratio, cap=options.peak_memory_bytes)
         self.last = (recording, choice, memories)
+        compiled: dict[str, StepGraph] = {}
         for index, graph in enumerate(graphs):
             plan_index = choice.choice[index]
             if graph not in chosen or plan_index is None or self.planning_only:
@@ -254,7 +255,7 @@ class StepPlanner:
             if graph in replanned and plan_index == found.current:
                 continue  # its compiled plan stays
             plan = found.plans[plan_index]
-            graph.finish(_fixed(found.graph, plan.saved, plan.recomputed, choice))
+            graph.finish(_fixed(found.graph, plan.saved, plan.recomputed, choice), compiled)
         return build_step_report(recording, graphs, fronts, choice, options, chosen)
 
 

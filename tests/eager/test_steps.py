@@ -23,6 +23,7 @@ from recompute_pass import torch_internals as ti
 from recompute_pass.step import PLANNER
 from recompute_pass.step.choice import EXHAUSTIVE, choose
 from recompute_pass.step.compose import compose
+from recompute_pass.step.graphs import StepGraph
 from recompute_pass.step.recording import Call, Event, EventKind, PlanMemory, StepRecording
 
 transformers = pytest.importorskip("transformers")
@@ -245,14 +246,23 @@ def test_a_step_of_many_graphs_meets_its_budget_without_codegen(route: str) -> N
     _check_route(route, recompute_pass.recompute_eager_backend)
 
 
-def test_per_block_with_hfs_kv_cache_reports_what_the_caller_holds() -> None:
+def test_per_block_with_hfs_kv_cache_reports_what_the_caller_holds(monkeypatch: pytest.MonkeyPatch) -> None:
     """HF's default ``use_cache=True``: each layer's keys and values are returned, and
-    held with the outputs through the backward."""
+    held with the outputs through the backward. Each layer is a graph of its own (Dynamo
+    guards on its cache index), all identical: one is compiled for each plan chosen, the
+    others run its code."""
+    compiles: list[object] = []
+    compile_graph = StepGraph._compile
+    monkeypatch.setattr(StepGraph, "_compile", lambda *a: compiles.append(a[3]) or compile_graph(*a))
+    reference = _eager_grads(_llama(use_cache=True))
     model = _llama(use_cache=True)
     compiled, report = _planned_step(
         model, "block", recompute_pass.recompute_eager_backend.with_options(memory_budget=0.0)
     )
-    peak, _ = _measured(compiled, model)
+    assert 1 <= len(compiles) == len({plan.digest() for plan in compiles}) < LAYERS
+    peak, grads = _measured(compiled, model)
+    for name, grad in reference.items():
+        torch.testing.assert_close(grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)
     assert peak == pytest.approx(report.predicted_peak_bytes, rel=0.01)
     (note,) = [n for n in report.notes if "held by the caller" in n]
     assert "keys" in note and "values" in note and "use_cache=False" in note
