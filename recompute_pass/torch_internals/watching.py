@@ -5,7 +5,6 @@ compile after the backend returned."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import sys
 import warnings
@@ -79,15 +78,18 @@ class NextModuleCall:
             warnings._filters_mutated()  # type: ignore[attr-defined]
 
 
-@functools.cache
 def _register_compile_start() -> None:
+    """Registered again whenever missing: ``torch.compiler.reset()`` clears Dynamo's
+    compile callbacks."""
     from torch._dynamo.callback import callback_handler
 
-    def compile_starts(_: object) -> None:
-        if NextModuleCall._active is not None:
-            NextModuleCall._active.remove()
+    if _compile_starts not in callback_handler.start_callbacks:
+        callback_handler.register_start_callback(_compile_starts)
 
-    callback_handler.register_start_callback(compile_starts)
+
+def _compile_starts(_: object) -> None:
+    if NextModuleCall._active is not None:
+        NextModuleCall._active.remove()
 
 
 def recompile_limit_hits() -> int:

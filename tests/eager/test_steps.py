@@ -353,6 +353,7 @@ def test_the_step_start_hook_fires_once_and_dynamo_never_traces_it() -> None:
     """The planner's step-start hook (a global forward pre-hook) fires at the next module
     call run eagerly, once; a compile that starts while it is set removes it first, so
     Dynamo never traces it (nor guards on it)."""
+    torch.compiler.reset()  # a frame compiled before for another Linear would be reused
     fired: list[object] = []
     x = torch.randn(2, 4)
     ti.NextModuleCall(fired.append)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from recompute_pass import recompute_backend
 from recompute_pass import torch_internals as ti
-from tests.eager.test_offload import (  # noqa: F401 (a fixture: pytest passes it by name)
+from tests.eager.test_offload import (  # noqa: F401 (fixtures: pytest finds them by name)
     CASE,
     eager,
+    host_tier,
 )
 from tests.support.harness import assert_same_step, build, case_inputs, run_step
 from tests.support.offload_standin import STANDIN_PROFILE

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 import recompute_pass
-from tests.eager.test_steps import (
+from tests.eager.test_steps import (  # noqa: F401 (an autouse fixture among them)
     LAYERS,
     _check_route,
+    _fresh_planner,
     _llama,
     _measured,
     _planned_step,
