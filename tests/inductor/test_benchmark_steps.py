@@ -16,7 +16,7 @@ def test_the_steps_study_measures_a_route_at_a_toy_size(tmp_path: Path) -> None:
     args = [*TOY, "--routes", "break", "--budgets", "0", "--no-compare", "--out", str(tmp_path)]
     assert steps.main(args) == 0
     (row,) = json.loads((tmp_path / "steps.json").read_text())["rows"]
-    assert (row["route"], row["budget"], row["graphs"]) == ("break", 0.0, 2)
+    assert (row["route"], row["budget"]) == ("break", 0.0) and row["graphs"] >= 2  # split by the break
     assert abs(row["predicted"] - row["measured"]) <= max(0.02 * row["measured"], 4096), row
     assert row["grad_error"] < 1e-4
     assert "One step, many graphs" in (tmp_path / "RESULTS.md").read_text()
