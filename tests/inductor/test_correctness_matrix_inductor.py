@@ -1,4 +1,4 @@
-"""The correctness matrix: models x budgets x static/dynamic shapes x fp32/bf16 autocast,:
+"""The correctness matrix: models x budgets x static/dynamic shapes x fp32/bf16 autocast:
 the cases through Inductor (the rest are in ``tests/eager/test_correctness_matrix.py``)."""
 
 from __future__ import annotations
