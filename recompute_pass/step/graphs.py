@@ -146,12 +146,7 @@ class StepGraph:
         tensor, a submodule), which its code does not show."""
         if any(node.op == "get_attr" for node in self.module.graph.nodes):
             return None
-        inputs = [
-            (tuple(x.shape), tuple(x.stride()), str(x.dtype), str(x.device), x.requires_grad)
-            if isinstance(x, torch.Tensor)
-            else repr(x)
-            for x in self.inputs
-        ]
+        inputs = _described(self.inputs)
         patches = sorted((self.config_patches or {}).items(), key=lambda item: item[0])
         plan_digest = None if plan is None else plan.digest()
         route = (self.inductor, repr(patches), self.options.cache_key())
@@ -272,13 +267,17 @@ def _copy(gm: fx.GraphModule) -> fx.GraphModule:
 
 def _key(gm: fx.GraphModule, inputs: Sequence[object]) -> str:
     """Graphs equal in structure and inputs have equal joint graphs and fronts."""
-    described = [
-        (tuple(x.shape), tuple(x.stride()), str(x.dtype), x.requires_grad)
+    return hashlib.sha256(graph_digest(gm.graph) + repr(_described(inputs)).encode()).hexdigest()
+
+
+def _described(inputs: Sequence[object]) -> list[object]:
+    """The inputs as a graph's code sees them: shape, stride, dtype, device, grad."""
+    return [
+        (tuple(x.shape), tuple(x.stride()), str(x.dtype), str(x.device), x.requires_grad)
         if isinstance(x, torch.Tensor)
         else repr(x)
         for x in inputs
     ]
-    return hashlib.sha256(graph_digest(gm.graph) + repr(described).encode()).hexdigest()
 
 
 def describe(gm: fx.GraphModule, number: int) -> str:

@@ -98,7 +98,6 @@ class StepPlanner:
             self.hook = ti.NextModuleCall(self._step_starts)
 
     def _step_starts(self, args: Any) -> None:
-        self.hook = None
         if self.recorder is None and self.armed and len(self.waiting) > 0:
             self._start(args, from_step_start=True)
 

@@ -20,6 +20,7 @@ __all__ = [
     "BackwardWatch",
     "CompileContexts",
     "MemoryProfile",
+    "NextModuleCall",
     "after_backward",
     "backward_compiled_with_forward",
     "fake_inputs",
@@ -27,7 +28,6 @@ __all__ = [
     "recompile_limit_hits",
     "profiler_enabled",
     "queue_engine_callback",
-    "NextModuleCall",
 ]
 
 _MARK = "recompute_pass.step.mark."
