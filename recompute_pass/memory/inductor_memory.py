@@ -392,6 +392,13 @@ class _WrapperPlan:
                             continue
                         size = self.sizes[result.get_name()][1]
                         self.events.append(Event("alloc", result.get_name(), size, label=label))
+            if viewed is None:
+                # Results no one reads have no buffer of their own, but the kernel made them:
+                # they live in its returned tuple until the wrapper deletes it (``del bufN``
+                # under the fallback's name).
+                unread = _unread_results_bytes(buf.node, self.allocated)  # type: ignore[attr-defined]
+                if unread:
+                    self.events.append(Event("alloc", name, unread, label=label))
             return
         size = self.sizes[name][0]
         if size == 0:
@@ -564,6 +571,21 @@ def _copy(graph: fx.GraphModule) -> fx.GraphModule:
     return ti.lazy_graph_module(graph, copy)
 
 
+def _unread_results_bytes(kernel: object, allocated: set[str]) -> int:
+    """Bytes of a multi-output fallback's tensor results that no buffer reads (Inductor
+    dropped their ``MultiOutput``): a dropout's mask when only its output is needed, its
+    output when a backward replays it for the mask."""
+    found, stack = 0, [getattr(kernel, "outputs", None) or ()]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, list | tuple):
+            stack.extend(value)
+        elif isinstance(value, ir.MultiOutput) and value.get_name() not in allocated:
+            layout = value.get_layout()
+            found += ti.inductor_size_hint(layout.storage_size()) * layout.dtype.itemsize
+    return found
+
+
 def _viewed_input(kernel: object) -> str | None:
     """The storage a fallback kernel's results view, where its op returns views of its
     first input (the schema's return aliases it), else None."""
@@ -622,7 +644,7 @@ def _workspace(node: object) -> int:
     kernel = node.node  # type: ignore[attr-defined]
     op = getattr(kernel, "op_overload", None)
     replayed = None
-    if op is ti.run_with_rng_state:
+    if op in (ti.run_with_rng_state, ti.run_and_save_rng_state):
         replayed = next((a for a in getattr(kernel, "constant_args", ()) if callable(a)), None)
     inputs = [i for i in getattr(kernel, "inputs", ()) or () if hasattr(i, "get_output_spec")]
     tensors = [i for i in inputs if not isinstance(i.get_output_spec(), _UNPOOLED_LAYOUTS)]
@@ -631,6 +653,8 @@ def _workspace(node: object) -> int:
     ]
     device = kernel.get_device()
     device_type = device.type if device is not None else "cpu"
+    if op is ti.run_and_save_rng_state:  # the op it runs, with no state among its inputs
+        return workspace_bytes(replayed, device_type, shapes)
     return workspace_bytes(op, device_type, shapes, replayed=replayed)
 
 

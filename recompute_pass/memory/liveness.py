@@ -140,8 +140,10 @@ class NodeFacts:
             tensors = [v for n in node.all_input_nodes if isinstance(v := n.meta.get("val"), torch.Tensor)]
             outputs = [v for v in _flat(node.meta.get("val")) if isinstance(v, torch.Tensor)]
             device_type = outputs[0].device.type if outputs else "cpu"
-            replayed = node.args[1] if node.target is ti.run_with_rng_state else None
-            size = tensor_workspace_bytes(node.target, device_type, tensors, self.hints, replayed=replayed)
+            op, replayed = node.target, node.args[1] if node.target is ti.run_with_rng_state else None
+            if op is ti.run_and_save_rng_state:  # the op it runs, with no state among its inputs
+                op = node.args[0]
+            size = tensor_workspace_bytes(op, device_type, tensors, self.hints, replayed=replayed)
             self._workspace[node] = size
         return size
 

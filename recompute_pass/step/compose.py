@@ -11,11 +11,12 @@ excursion (``PlanMemory``). So:
     peak(phase of call c) = level(start) + excursion of c's plan
     peak(gap) = recorded peak of the gap + sum of the open calls' extra
 
-Tensors crossing graph boundaries are followed too: an input or output the chosen plan
-saves, which the recording saw die, is held on; an output only the recorded plan saved,
-dead but for that, is let go. An input the recorded plan saved and the chosen plan does
-not is counted as still held (whether something else holds it is not known), so the
-prediction stays an upper bound there.
+Tensors crossing graph boundaries are followed too. The recording notes a boundary tensor
+dead once nothing holds it but the provisional plans' saved tensors (``recorder``): an
+input or output the chosen plan saves is then held on; one only the recorded plans saved
+is let go, unless an open call's chosen plan (or a final call, whose saves are not known
+here) may save it still. A tensor counts as held on once it died anywhere in an interval,
+and as let go only once it was dead at the interval's start: an upper bound either way.
 """
 
 from __future__ import annotations
@@ -56,18 +57,15 @@ def _after(event: Event, recording: StepRecording) -> str:
 
 def compose(recording: StepRecording, plans: Sequence[PlanMemory | None]) -> StepPeak:
     """The step's peak with ``plans[g]`` for each provisional graph ``g`` (None: a graph
-    whose calls are all final).
-
-    In the interval between two events the calls open are those opened before it; an
-    input counts as dead in a gap once the recording saw it dead at the gap's end (an
-    upper bound: it may have died within), and at a phase's start as of that start."""
+    whose calls are all final)."""
     events, calls = recording.events, recording.calls
-    opened: list[int] = []  # provisional calls between their forward's end and backward's end
+    opened: list[int] = []  # calls between their forward's end and their backward's end
     grown = 0  # gradients a step from ``.grad`` None allocates, which the recorded one added in place
     best = StepPeak(0, 0, Phase.FORWARD, None)
     phase = Phase.FORWARD
     for index, event in enumerate(events):
         previous = events[index - 1] if index else None
+        since = previous.dead if previous is not None else frozenset()
         own = _own_phase(previous, event, calls)
         if own is not None:  # a provisional phase: its start plus the plan's excursion
             assert previous is not None
@@ -78,14 +76,14 @@ def compose(recording: StepRecording, plans: Sequence[PlanMemory | None]) -> Ste
                 rise = plan.forward_peak
             else:
                 rise = plan.backward_peak + call.made_gradients
-            start = previous.level + grown + _shift(opened, previous.dead, plans, recording)
+            start = previous.level + grown + _shift(opened, since, since, plans, recording)
             peak = StepPeak(start + rise, index, phase, own)
         else:
-            shift = grown + _shift(opened, event.dead, plans, recording)
+            shift = grown + _shift(opened, event.dead, since, plans, recording)
             peak = StepPeak(event.peak_before + shift, index, phase, None)
         if peak.bytes > best.bytes:
             best = peak
-        if event.kind is EventKind.FORWARD_END and calls[event.call].provisional:
+        if event.kind is EventKind.FORWARD_END and calls[event.call].has_backward:
             opened.append(event.call)
         elif event.kind is EventKind.BACKWARD_START:
             phase = Phase.BACKWARD
@@ -97,10 +95,41 @@ def compose(recording: StepRecording, plans: Sequence[PlanMemory | None]) -> Ste
 
 
 def _shift(
-    opened: Sequence[int], dead: frozenset[int], plans: Sequence[PlanMemory | None], recording: StepRecording
+    opened: Sequence[int],
+    dead: frozenset[int],
+    since: frozenset[int],
+    plans: Sequence[PlanMemory | None],
+    recording: StepRecording,
 ) -> int:
-    calls = recording.calls
-    return sum(_extra(calls[c], plans[calls[c].graph], dead, recording) for c in opened)
+    """What the open calls' chosen plans hold beyond what the recorded plans held: their
+    saved bytes' difference, the boundary tensors they alone save once dead, less those
+    only the recorded plans saved once dead. ``dead``: dead by the interval's end (what is
+    held on counts if it died anywhere in it); ``since``: dead by its start (what is let
+    go counts only from there)."""
+    calls, boundaries = recording.calls, recording.boundaries
+    added = 0
+    chosen: set[int] = set()  # boundaries an open call's chosen plan saves, or may save
+    recorded: set[int] = set()  # boundaries an open call's recorded plan saved
+    for c in opened:
+        call = calls[c]
+        plan = plans[call.graph] if call.provisional else None
+        if plan is None or call.recorded is None:  # a final call: what it saves is not known here
+            chosen.update(t for t in (*call.inputs, *call.outputs) if t is not None)
+            continue
+        added += plan.held - call.recorded.held
+        chosen |= _saved(plan, call)
+        recorded |= _saved(call.recorded, call)
+    added += sum(boundaries[t] for t in chosen - recorded if t in dead)
+    return added - sum(boundaries[t] for t in recorded - chosen if t in since)
+
+
+def _saved(plan: PlanMemory, call: Call) -> set[int]:
+    """The boundary tensors whose storage ``plan`` saves in ``call`` (its outputs only where
+    they are the user's alone: the same count in the call and the plan)."""
+    found = {call.inputs[k] for k in plan.saved_inputs if k < len(call.inputs)}
+    if len(call.outputs) == plan.outputs:
+        found |= {call.outputs[k] for k in plan.saved_outputs if k < len(call.outputs)}
+    return {t for t in found if t is not None}
 
 
 def _own_phase(previous: Event | None, event: Event, calls: Sequence[Call]) -> int | None:
@@ -112,25 +141,3 @@ def _own_phase(previous: Event | None, event: Event, calls: Sequence[Call]) -> i
         (EventKind.BACKWARD_START, EventKind.BACKWARD_END),
     }
     return event.call if (previous.kind, event.kind) in pairs else None
-
-
-def _extra(call: Call, plan: PlanMemory | None, dead: frozenset[int], recording: StepRecording) -> int:
-    """What ``plan`` holds at ``event`` beyond what the recorded plan held: its saved bytes'
-    difference; the inputs and outputs it saves (the recorded plan did not) once the
-    recording saw them die; less the outputs the recorded plan alone saved, once dead
-    but for that (an output saved by its own graph does not keep its Python object
-    alive, so its death is seen; an input's is not, and nothing is credited for it)."""
-    recorded = call.recorded
-    assert plan is not None and recorded is not None
-    boundaries = recording.boundaries
-
-    def dead_bytes(positions: frozenset[int], tensors: tuple[int | None, ...]) -> int:
-        found = (tensors[k] for k in positions if k < len(tensors))
-        return sum(boundaries[t] for t in found if t is not None and t in dead)
-
-    added = plan.held - recorded.held
-    added += dead_bytes(plan.saved_inputs - recorded.saved_inputs, call.inputs)
-    if len(call.outputs) == plan.outputs == recorded.outputs:  # else its outputs are not the user's alone
-        added += dead_bytes(plan.saved_outputs - recorded.saved_outputs, call.outputs)
-        added -= dead_bytes(recorded.saved_outputs - plan.saved_outputs, call.outputs)
-    return added

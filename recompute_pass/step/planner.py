@@ -44,7 +44,8 @@ from recompute_pass.step.report import StepReport, build_step_report, publish_st
 log = logging.getLogger(__name__)
 
 # Steps a waiting graph runs provisionally, unrecorded (a profiler of the user's was
-# running) or recorded unlike the steps to come (it compiled, it accumulated gradients),
+# running) or recorded unlike the steps to come (it compiled, it accumulated gradients,
+# its start went unwatched),
 # before it is planned alone or with that recording.
 MAX_WAITS = 8
 # Calls a recorded step may make before it is taken for one whose backward never comes
@@ -107,6 +108,7 @@ class StepPlanner:
             self.hook = None
 
     def _start(self, args: Sequence[Any], *, from_step_start: bool) -> None:
+        watched = self.hook is not None  # a hook waited for this step's first module call
         self._unhook()
         device = _device(args)
         self.armed = False
@@ -122,6 +124,7 @@ class StepPlanner:
             return
         self.unrecorded = 0
         self.recorder = Recorder(device, self._ended)
+        self.recorder.unwatched_start = not watched
         if from_step_start:
             self.recorder.begin()
 
@@ -196,9 +199,7 @@ class StepPlanner:
     def _plan(self, recording: StepRecording, graphs: Sequence[StepGraph]) -> StepReport:
         """One plan per graph for the step (the module docstring)."""
         trained = {c.graph for c in recording.calls if c.differentiated}
-        pending = sorted(
-            {graphs[c.graph].name for c in recording.calls if c.has_backward and not c.differentiated}
-        )
+        pending = _pending(recording)
         if pending:  # a pipeline schedule's order: forwards whose backward runs in a later pass
             raise UnknownStep(
                 f"forwards of {', '.join(pending)} had no backward in the recorded backward pass"
@@ -276,7 +277,15 @@ def _unlike_later_steps(recording: StepRecording) -> str:
         return f"compiled {recording.compiles} frames"
     if recording.accumulating:
         return "began with parameter gradients (accumulated), which a step allocates from none"
+    if recording.unwatched_start and not _pending(recording):  # the next one's start is watched
+        return "began before its graphs were compiled (what ran before the first one is estimated)"
     return ""
+
+
+def _pending(recording: StepRecording) -> list[str]:
+    """The graphs with forwards whose backward the recorded backward pass did not run."""
+    calls = recording.calls
+    return sorted({recording.graphs[c.graph] for c in calls if c.has_backward and not c.differentiated})
 
 
 class UnknownStep(Exception):

@@ -47,7 +47,11 @@ class Recorder:
         self.backward_started = False
         self.ended = False
         self.from_step_start = False  # measured from the step's first module call
+        self.unwatched_start = False  # no hook waited for the step's start (``StepRecording``)
         self.watch = ti.BackwardWatch(self._backward_returned)
+        # Per provisional call until its backward ends: the references its saved tensors
+        # hold on each boundary tensor it read (``_saves``).
+        self.saves: dict[int, dict[int, int]] = {}
         self.frames = 0
         self.collecting = False
 
@@ -77,14 +81,17 @@ class Recorder:
             if _storage(value) is not None and value.is_leaf and value.grad is not None:
                 self.accumulating[id(value)] = (call, weakref.ref(value), value.grad.data_ptr())
         self.calls.append(Call(graph, False, inputs, (), None))
+        counts = [_use_count(a) for a in args]
         self._mark(EventKind.FORWARD_START, call)
         outputs = run(*args)
-        self._mark(EventKind.FORWARD_END, call)
-        returned = tuple(self._boundary(o) for o in _flat(outputs))
         node = _backward_node(outputs)
         # Without a backward its memory is measured like eager code's.
         provisional = recorded is not None and node is not None
         recorded = recorded if provisional else None
+        if recorded is not None:
+            self.saves[call] = _saves(args, inputs, counts, recorded.saved_inputs, outputs)
+        self._mark(EventKind.FORWARD_END, call)
+        returned = tuple(self._boundary(o) for o in _flat(outputs))
         self.calls[call] = Call(graph, provisional, inputs, returned, recorded, node is not None, False)
         if node is not None:
             sizes = [_gradient_bytes(o) for o in _flat(outputs)]  # not the outputs: hooks must not hold them
@@ -123,8 +130,19 @@ class Recorder:
             self.collecting = gc.isenabled()
             gc.disable()
         self.meter.mark()
-        dead = frozenset(i for i, ref in enumerate(self.tensors) if ref() is None)
+        if kind is EventKind.BACKWARD_END:
+            self.saves.pop(call, None)  # its saved tensors are released
+        dead = frozenset(i for i, ref in enumerate(self.tensors) if ref() is None) | self._only_saved()
         self.marks.append((kind, call, dead))
+
+    def _only_saved(self) -> frozenset[int]:
+        """Boundary tensors nothing holds but the open provisional calls' saved tensors:
+        dead to the step but for those plans (``ti.held_only_by``)."""
+        held: dict[int, int] = {}
+        for saves in self.saves.values():
+            for boundary, count in saves.items():
+                held[boundary] = held.get(boundary, 0) + count
+        return frozenset(b for b, count in held.items() if ti.held_only_by(self.tensors[b], count))
 
     def abort(self) -> None:
         """Stop watching without a recording (a step that never ran its backward)."""
@@ -159,6 +177,7 @@ class Recorder:
             device=self.device.type,
             compiles=ti.frames_compiled() - self.frames,
             accumulating=bool(self.accumulating),
+            unwatched_start=self.unwatched_start and not self.from_step_start,
         )
         self.on_end(recording)
 
@@ -214,6 +233,35 @@ def _storage(value: object) -> tuple[int, int] | None:
         return None
     storage = value.untyped_storage()  # type: ignore[attr-defined]
     return storage.data_ptr(), storage.nbytes()
+
+
+def _use_count(value: object) -> int | None:
+    """References to a plain tensor's implementation (None: not a plain tensor)."""
+    return ti.implementation_uses(value) if _storage(value) is not None else None  # type: ignore[arg-type]
+
+
+def _saves(
+    args: Sequence[Any],
+    inputs: Sequence[int | None],
+    before: Sequence[int | None],
+    positions: frozenset[int],
+    outputs: object,
+) -> dict[int, int]:
+    """The references a call's saved tensors took on its inputs at ``positions`` (those
+    whose storage its plan saves): what their count rose by over the forward. An input an
+    output shares storage with is left out: the output, not a save, may hold it."""
+    returned = {s[0] for o in _flat(outputs) if (s := _storage(o)) is not None}
+    saves: dict[int, int] = {}
+    for k in sorted(positions):
+        if k >= len(args) or inputs[k] is None or before[k] is None or inputs[k] in saves:
+            continue
+        storage = _storage(args[k])
+        if storage is None or storage[0] in returned:
+            continue
+        rise = ti.implementation_uses(args[k]) - before[k]
+        if rise > 0:
+            saves[inputs[k]] = rise
+    return saves
 
 
 def _gradient_bytes(output: object) -> int:

@@ -106,6 +106,9 @@ class StepRecording:
     # Whether some parameter had a ``.grad`` when the step began (gradient accumulation):
     # the project's step begins from none, whose allocation such a step does not show.
     accumulating: bool = False
+    # Whether its start went unwatched: it began before any graph waited (the first step,
+    # whose graphs Dynamo compiled in it), so what ran before its first graph is estimated.
+    unwatched_start: bool = False
 
     def multiplicity(self, graph: int) -> int:
         """How many times the graph ran in the step."""

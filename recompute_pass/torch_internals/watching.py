@@ -25,12 +25,34 @@ __all__ = [
     "backward_compiled_with_forward",
     "fake_inputs",
     "frames_compiled",
+    "held_only_by",
+    "implementation_uses",
     "recompile_limit_hits",
     "profiler_enabled",
     "queue_engine_callback",
 ]
 
 _MARK = "recompute_pass.step.mark."
+
+
+def held_only_by(ref: Callable[[], torch.Tensor | None], references: int) -> bool:
+    """Whether nothing holds the weakly referenced tensor but ``references`` C++ references
+    taken on it (a compiled graph's saved tensors): no Python reference, no other C++ one
+    (an eager node's saved tensor, a view's base). A tensor C++ holds keeps its Python
+    object alive (with one reference of its own, so its weak reference cannot tell), and
+    ``sys.getrefcount`` counts that one beside the local here and its own argument. A view
+    is never taken for dead (its base may live on)."""
+    tensor = ref()
+    if tensor is None or tensor._is_view():
+        return False
+    uses = tensor._use_count()  # the implementation's references, its Python object's among them
+    python = sys.getrefcount(tensor) - 2 - (1 if uses > 1 else 0)
+    return python == 0 and uses - 1 == references
+
+
+def implementation_uses(tensor: torch.Tensor) -> int:
+    """References to a tensor's implementation (its Python object's among them)."""
+    return tensor._use_count()
 
 
 def frames_compiled() -> int:

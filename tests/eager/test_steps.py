@@ -11,6 +11,7 @@ gradients equal eager's.
 from __future__ import annotations
 
 import copy
+import weakref
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -90,6 +91,62 @@ def test_compose_holds_a_saved_input_only_once_the_recording_saw_it_die() -> Non
 
     assert compose(recording(alive), [saves_input]).bytes == 10
     assert compose(recording(dead), [saves_input]).bytes == 1010
+
+
+def test_compose_lets_go_an_input_only_the_recorded_plan_saved_once_it_was_dead() -> None:
+    """Two calls read boundary 0 (1000 B), which its caller lets go after the second
+    forward. The recorded plans saved it; chosen plans that do not free it from the
+    interval after the one it died in, unless another open call's plan still saves it."""
+    saves = PlanMemory(cost=0.0, forward_peak=0, held=0, backward_peak=200, saved_inputs=frozenset({0}))
+    frees = PlanMemory(cost=0.0, forward_peak=0, held=0, backward_peak=200)
+    gone = frozenset({0})
+
+    def recording(gap_peak: int) -> StepRecording:
+        events = (
+            Event(F, 0, 1000, 1000),
+            Event(FE, 0, 1000, 1000),
+            Event(F, 1, 1000, 1000),
+            Event(FE, 1, 1000, 1000),
+            Event(B, 1, 1000, gap_peak, dead=gone),  # it died in this eager gap
+            Event(BE, 1, 1000, 1200, dead=gone),
+            Event(B, 0, 1000, 1000, dead=gone),
+            Event(BE, 0, 0, 1200, dead=gone),
+            Event(END, -1, 0, 0, dead=gone),
+        )
+        calls = (Call(0, True, (0,), (), saves), Call(1, True, (0,), (), saves))
+        return StepRecording(("g", "h"), calls, events, boundaries=(1000,))
+
+    assert compose(recording(1500), [saves, saves]).bytes == 1500
+    assert compose(recording(1500), [frees, frees]).bytes == 1500  # not let go in the gap it died in
+    assert compose(recording(1000), [saves, saves]).bytes == 1200  # each backward: 1000 + 200
+    assert compose(recording(1000), [frees, frees]).bytes == 1000  # each backward: 0 + 200
+    assert compose(recording(1000), [saves, frees]).bytes == 1200  # call 0 still saves it
+
+
+def test_a_tensor_held_only_by_a_compiled_graphs_saves_is_told_from_one_held_elsewhere() -> None:
+    """A compiled graph's saved tensor keeps its Python object alive, so a weak reference
+    cannot say the caller let it go; its reference counts can (``ti.held_only_by``)."""
+    weight = torch.randn(8, 8, requires_grad=True)
+    scaled = torch.compile(lambda x: (x * weight).sin(), backend="aot_eager")  # saves x
+    kept: list[torch.Tensor] = []
+    for holder, alone in (
+        (lambda t: None, True),
+        (lambda t: kept.append(t), False),  # Python holds it
+        (lambda t: kept.append(t.sin()), False),  # an eager node saved it
+        (lambda t: kept.append(t[1:]), False),  # a view of it lives
+    ):
+        tensor = torch.randn(8, 8, requires_grad=True) * 2
+        before = ti.implementation_uses(tensor)
+        out = scaled(tensor)
+        saves = ti.implementation_uses(tensor) - before
+        ref = weakref.ref(tensor)
+        holder(tensor)
+        del tensor
+        assert ref() is not None and saves == 1
+        assert ti.held_only_by(ref, saves) is alone
+        out.sum().backward()
+        kept.clear()
+    torch.compiler.reset()
 
 
 def test_choose_spans_the_steps_range_and_never_rises_as_the_budget_falls() -> None:

@@ -30,3 +30,18 @@ def test_install_plans_the_step_of_a_per_block_compile() -> None:
         peak, _ = _measured(compiled, model)
     assert report.calls == LAYERS and all(g.planned for g in report.graphs)
     assert peak == pytest.approx(report.predicted_peak_bytes, rel=0.01)
+
+
+def test_a_per_block_gpt2_with_dropout_is_predicted_to_the_percent() -> None:
+    """HF GPT-2 keeps dropout on (0.1) in every block. Three things the prediction once
+    missed, 2.8% under: a replayed dropout's result no one reads (Inductor drops its
+    buffer, the ATen kernel still makes it), the temporary of a dropout run to save its
+    generator state, and what ran before the first block in the step first recorded
+    (estimated then: the step is now recorded from the next one's start)."""
+    from benchmarks.steps import run_one
+
+    shape = {"layers": LAYERS, "dim": 128, "seq": 256, "batch": 2, "vocab": 2048}
+    spec = {"model": "hf_gpt2", "route": "block", "system": "recompute", "use_cache": False, "shape": shape}
+    row = run_one({**spec, "options": {"memory_budget": 0.0}})
+    assert row["predicted"] == pytest.approx(row["measured"], rel=0.01), row
+    assert row["grad_error"] < 1e-5, row
