@@ -108,19 +108,20 @@ def _shift(
     go counts only from there)."""
     calls, boundaries = recording.calls, recording.boundaries
     added = 0
-    chosen: set[int] = set()  # boundaries an open call's chosen plan saves, or may save
+    chosen: set[int] = set()  # boundaries an open call's chosen plan saves
     recorded: set[int] = set()  # boundaries an open call's recorded plan saved
+    final: set[int] = set()  # boundaries of open final calls: what they save is measured, not known
     for c in opened:
         call = calls[c]
         plan = plans[call.graph] if call.provisional else None
-        if plan is None or call.recorded is None:  # a final call: what it saves is not known here
-            chosen.update(t for t in (*call.inputs, *call.outputs) if t is not None)
+        if plan is None or call.recorded is None:
+            final.update(t for t in (*call.inputs, *call.outputs) if t is not None)
             continue
         added += plan.held - call.recorded.held
         chosen |= _saved(plan, call)
         recorded |= _saved(call.recorded, call)
     added += sum(boundaries[t] for t in chosen - recorded if t in dead)
-    return added - sum(boundaries[t] for t in recorded - chosen if t in since)
+    return added - sum(boundaries[t] for t in recorded - chosen - final if t in since)
 
 
 def _saved(plan: PlanMemory, call: Call) -> set[int]:

@@ -6,9 +6,10 @@ DDP's buckets) run in one step, and only together do they say what the step hold
 this is the one piece of state the package keeps besides its config: the graphs waiting
 for a plan, and the step being recorded.
 
-- A step is recorded (``recorder``) when a graph is waiting, from the first call of a
-  graph at a step's start (the first call ever, or the first after a backward pass
-  ended) to the end of that step's backward pass.
+- A step is recorded (``recorder``) when a graph is waiting, from the step's first
+  module call (a hook armed when a backward pass ends) to the end of its backward pass.
+  The first step, whose start no hook watched, is recorded from its first graph's call
+  and taken only if no later one is (``_unlike_later_steps``).
 - Then each waiting graph's front of plans is built (``fronts``; graphs equal in
   structure share one), one plan per graph is chosen for the step's budget (``choice``),
   each graph is compiled once under its plan (``graphs``), and the step's report is

@@ -11,6 +11,7 @@ gradients equal eager's.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import weakref
 from collections.abc import Callable, Iterator
 
@@ -121,6 +122,12 @@ def test_compose_lets_go_an_input_only_the_recorded_plan_saved_once_it_was_dead(
     assert compose(recording(1000), [saves, saves]).bytes == 1200  # each backward: 1000 + 200
     assert compose(recording(1000), [frees, frees]).bytes == 1000  # each backward: 0 + 200
     assert compose(recording(1000), [saves, frees]).bytes == 1200  # call 0 still saves it
+    # Call 0 final (compiled already, measured as it ran): it may save boundary 0, so call 1
+    # cannot let it go; and being measured, it adds nothing when it dies.
+    calls = (Call(0, False, (0,), ()), Call(1, True, (0,), (), saves))
+    assert compose(dataclasses.replace(recording(1000), calls=calls), [None, frees]).bytes == 1200
+    calls = (Call(0, False, (0,), ()), Call(1, True, (), (), frees))
+    assert compose(dataclasses.replace(recording(1000), calls=calls), [None, frees]).bytes == 1200
 
 
 def test_a_tensor_held_only_by_a_compiled_graphs_saves_is_told_from_one_held_elsewhere() -> None:
