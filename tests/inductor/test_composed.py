@@ -25,7 +25,7 @@ from recompute_pass.options import RecomputeOptions
 from recompute_pass.partitioner import partition
 from recompute_pass.realization import JointScorer
 from tests.support.full_size import full_only
-from tests.support.harness import assert_same_step, compiled_step_peak, run_step
+from tests.support.harness import assert_same_step, compiled_step, compiled_step_peak, run_step
 from tests.support.joint_graphs import analyzed, capture_joints
 
 pytest.importorskip("transformers")
@@ -232,7 +232,7 @@ def test_compiled_deep_llama_predicted_and_gradients_equal_eager(caplog) -> None
             inductor_memory, "plan_graph", side_effect=AssertionError("a whole-graph lowering")
         ),
     ):
-        measured, report = compiled_step_peak(_llama(), _tokens(), backend)
+        measured, report, step = compiled_step(_llama(), _tokens(), backend)
     assert any("peaks composed" in note for note in report.notes), report.notes
     assert abs(report.predicted_peak_bytes / measured - 1) <= TOLERANCE
     assert lowerings, "the peaks were not composed from the pieces"
@@ -240,7 +240,7 @@ def test_compiled_deep_llama_predicted_and_gradients_equal_eager(caplog) -> None
     predicted, _, compiled = audit
     assert predicted == report.predicted_peak_bytes
     assert abs(compiled / measured - 1) <= TOLERANCE
-    assert_same_step(run_step(_llama(), _tokens(), backend=backend), run_step(_llama(), _tokens()))
+    assert_same_step(step, run_step(_llama(), _tokens()))
 
 
 def test_compiled_gemma_composed_peak_equals_the_compiled_graphs_plan(caplog) -> None:

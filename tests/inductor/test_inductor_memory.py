@@ -32,7 +32,15 @@ from recompute_pass import (
 from recompute_pass import torch_internals as ti
 from recompute_pass.memory import inductor_memory
 from tests.support.full_size import FULL, full_only
-from tests.support.harness import Step, assert_same_step, build, case_inputs, compiled_step_peak, run_step
+from tests.support.harness import (
+    Step,
+    assert_same_step,
+    build,
+    case_inputs,
+    compiled_step,
+    compiled_step_peak,
+    run_step,
+)
 from tests.support.joint_graphs import partitioned, reference_joints
 
 CASES = model_cases(layers=1, dim=64, seq=32)
@@ -209,7 +217,7 @@ def test_complex_views_planned_as_views(budget: float) -> None:
     torch.manual_seed(0)
     model, inputs = ComplexRotation(), (torch.randn(4, 128, 64),)
     backend = recompute_backend.with_options(memory_budget=budget, fallback=False)
-    measured, report = compiled_step_peak(model, inputs, backend)
+    measured, report, step = compiled_step(model, inputs, backend)
     assert report.peak_model == "inductor", report.notes
     assert abs(report.predicted_peak_bytes / measured - 1) <= 0.01, (report.predicted_peak_bytes, measured)
-    assert_same_step(run_step(model, inputs, backend=backend), run_step(model, inputs))
+    assert_same_step(step, run_step(model, inputs))

@@ -1,10 +1,10 @@
 """The recipes of the README's "Trainers" section, each inside the trainer people run.
 
 A tiny HF Llama built from a config trains a few steps under each trainer twice: with our
-partitioner and with plain Inductor (same seeds, same data, SGD so that the later losses
+partitioner and without compiling (same seeds, same data, SGD so that the later losses
 follow the gradients). Each run checks that our partitioner made every compiled graph's
-plan (a report per graph, none a fallback) and that the losses equal Inductor's and
-eager's within fp32 noise. Caches are off, so every graph is partitioned afresh.
+plan (a report per graph, none a fallback) and that the losses equal eager's within fp32
+noise. Caches are off, so every graph is partitioned afresh.
 """
 
 from __future__ import annotations
@@ -89,27 +89,18 @@ def _check_ours(reports: list[PartitionReport]) -> None:
     assert all(report.fallback is None for report in reports), [r.fallback for r in reports]
 
 
-def _both(run: Callable[[str], list[float]]) -> None:
-    """Run the recipe with our partitioner ("ours"), plain Inductor ("plain") and without
-    compiling ("eager"); compare."""
+def _against_eager(run: Callable[[str], list[float]]) -> None:
+    """Run the recipe with our partitioner ("ours") and without compiling ("eager"); compare."""
     with _fresh_compiles() as reports:
         ours = run("ours")
     _check_ours(reports)
-    with _fresh_compiles() as reports:
-        plain = run("plain")
-    assert reports == []  # plain Inductor: PyTorch's partitioner
     eager = run("eager")
-    assert len(ours) == STEPS and len(plain) == STEPS
-    torch.testing.assert_close(ours, plain, **TOLERANCE)
+    assert len(ours) == STEPS
     torch.testing.assert_close(ours, eager, **TOLERANCE)
 
 
 def _ours(mode: str) -> contextlib.AbstractContextManager[object]:
     return recompute_pass.install(**OPTIONS) if mode == "ours" else contextlib.nullcontext()
-
-
-def _backend(mode: str) -> str:
-    return "recompute" if mode == "ours" else "inductor"
 
 
 def test_hf_trainer_with_torch_compile_and_install(tmp_path: Path) -> None:
@@ -155,7 +146,7 @@ def test_hf_trainer_with_torch_compile_and_install(tmp_path: Path) -> None:
         AcceleratorState._reset_state(True)
         return trainer.losses
 
-    _both(run)
+    _against_eager(run)
 
 
 def test_hf_trainer_refuses_our_backend_name(tmp_path: Path) -> None:
@@ -196,7 +187,7 @@ def test_accelerate_with_dynamo_backend_inductor_and_install() -> None:
         AcceleratorState._reset_state(True)
         return losses
 
-    _both(run)
+    _against_eager(run)
 
 
 def test_lightning_with_the_backend_by_name() -> None:
@@ -214,16 +205,19 @@ def test_lightning_with_the_backend_by_name() -> None:
             self.losses: list[float] = []
 
         def training_step(self, batch: dict[str, torch.Tensor], index: int) -> torch.Tensor:
-            loss = self.model(input_ids=batch["input_ids"], labels=batch["labels"]).loss
-            self.losses.append(loss.item())
-            return loss
+            return self.model(input_ids=batch["input_ids"], labels=batch["labels"]).loss
+
+        def on_train_batch_end(self, outputs: dict[str, torch.Tensor], batch: object, index: int) -> None:
+            # Here, not in the compiled training_step: there, each append grew a guarded
+            # length and recompiled the step every step.
+            self.losses.append(outputs["loss"].item())
 
         def configure_optimizers(self) -> torch.optim.Optimizer:
             return torch.optim.SGD(self.parameters(), lr=lr)
 
     def run(mode: str) -> list[float]:
         module = Module()
-        compiled = module if mode == "eager" else torch.compile(module, backend=_backend(mode))
+        compiled = module if mode == "eager" else torch.compile(module, backend="recompute")
         trainer = pl.Trainer(
             accelerator="cpu",
             devices=1,
@@ -239,7 +233,7 @@ def test_lightning_with_the_backend_by_name() -> None:
             trainer.fit(compiled, train_dataloaders=loader)
         return module.losses
 
-    _both(run)
+    _against_eager(run)
 
 
 def test_torchtitan_style_per_block_compile_by_name() -> None:
@@ -253,7 +247,7 @@ def test_torchtitan_style_per_block_compile_by_name() -> None:
     def run(mode: str) -> list[float]:
         model = copy.deepcopy(base)
         for block in model.model.layers if mode != "eager" else ():
-            block.compile(backend=_backend(mode), fullgraph=True)
+            block.compile(backend="recompute", fullgraph=True)
         optimizer = torch.optim.SGD(model.parameters(), lr=lr)
         losses = []
         with recompute_pass.config.patch(**OPTIONS):
@@ -265,4 +259,4 @@ def test_torchtitan_style_per_block_compile_by_name() -> None:
                 losses.append(loss.item())
         return losses
 
-    _both(run)
+    _against_eager(run)

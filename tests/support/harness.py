@@ -85,6 +85,15 @@ def compiled_step_peak(
 ) -> tuple[int, PartitionReport]:
     """Measured peak of the step after the compiling one (caches off, ``inductor`` config
     patched), and the compile's one report."""
+    peak, report, _ = compiled_step(model, inputs, backend, **inductor)
+    return peak, report
+
+
+def compiled_step(
+    model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], backend: Callable[..., Any], **inductor: Any
+) -> tuple[int, PartitionReport, Step]:
+    """``compiled_step_peak``, and the measured step itself (its loss and gradients, to
+    compare with eager's without compiling the model again)."""
     with ti.inductor_config.patch(force_disable_caches=True, **inductor):
         torch.compiler.reset()
         compiled = torch.compile(model, backend=backend)
@@ -92,6 +101,9 @@ def compiled_step_peak(
             compiled(*inputs).backward()
         for parameter in model.parameters():
             parameter.grad = None
-        memory, _ = step_memory(lambda: compiled(*inputs), lambda loss: loss.backward(), torch.device("cpu"))
+        memory, loss = step_memory(lambda: compiled(*inputs), lambda out: out.backward(), torch.device("cpu"))
     (report,) = reports
-    return memory.peak_bytes, report
+    grads = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+    for parameter in model.parameters():
+        parameter.grad = None  # the model as it came (a reference step copies it)
+    return memory.peak_bytes, report, Step(loss.detach(), grads, 0, list(reports))
