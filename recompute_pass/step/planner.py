@@ -8,8 +8,8 @@ for a plan, and the step being recorded.
 
 - A step is recorded (``recorder``) when a graph is waiting, from the step's first
   module call (a hook armed when a backward pass ends) to the end of its backward pass.
-  The first step, whose start no hook watched, is recorded from its first graph's call
-  and taken only if no later one is (``_unlike_later_steps``).
+  The first step, whose start no hook watched, is recorded from its first graph's call;
+  where a plan is to be chosen, the next one is recorded too (``_unlike_later_steps``).
 - Then each waiting graph's front of plans is built (``fronts``; graphs equal in
   structure share one), one plan per graph is chosen for the step's budget (``choice``),
   each graph is compiled once under its plan (``graphs``), and the step's report is
@@ -278,7 +278,10 @@ def _unlike_later_steps(recording: StepRecording) -> str:
         return f"compiled {recording.compiles} frames"
     if recording.accumulating:
         return "began with parameter gradients (accumulated), which a step allocates from none"
-    if recording.unwatched_start and not _pending(recording):  # the next one's start is watched
+    # A plan to choose (a provisional graph) is worth a step more: the next one's start is
+    # watched. (Its hook would stay set meanwhile, and ``torch.export`` fails with it.)
+    provisional = any(c.provisional for c in recording.calls)
+    if recording.unwatched_start and provisional and not _pending(recording):
         return "began before its graphs were compiled (what ran before the first one is estimated)"
     return ""
 
