@@ -81,7 +81,7 @@ class Recorder:
             if _storage(value) is not None and value.is_leaf and value.grad is not None:
                 self.accumulating[id(value)] = (call, weakref.ref(value), value.grad.data_ptr())
         self.calls.append(Call(graph, False, inputs, (), None))
-        counts = [_use_count(a) for a in args]
+        counts = [_use_count(a) for a in args] if recorded is not None else []  # for ``_saves``
         self._mark(EventKind.FORWARD_START, call)
         outputs = run(*args)
         node = _backward_node(outputs)

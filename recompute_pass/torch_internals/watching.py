@@ -45,7 +45,7 @@ def held_only_by(ref: Callable[[], torch.Tensor | None], references: int) -> boo
     tensor = ref()
     if tensor is None or tensor._is_view():
         return False
-    uses = tensor._use_count()  # the implementation's references, its Python object's among them
+    uses = implementation_uses(tensor)
     python = sys.getrefcount(tensor) - 2 - (1 if uses > 1 else 0)
     return python == 0 and uses - 1 == references
 

@@ -283,11 +283,10 @@ def _check_route(
     route: str, backend: recompute_pass.RecomputeBackend, budgets: tuple[float, ...] = (0.5, 0.0)
 ) -> None:
     """``budgets``, then a cap midway between budget 0's and budget 1's step peaks."""
-    use_cache = False
-    reference = _eager_grads(_llama(use_cache))
+    reference = _eager_grads(_llama())
     peaks, predicted = {}, {}
     for budget in budgets:
-        model = _llama(use_cache)
+        model = _llama()
         compiled, report = _planned_step(model, route, backend.with_options(memory_budget=budget))
         peaks[budget], grads = _measured(compiled, model)
         predicted[budget] = report.predicted_peak_bytes
@@ -300,7 +299,7 @@ def _check_route(
         torch.compiler.reset()
     assert list(peaks.values()) == sorted(peaks.values(), reverse=True)  # budgets fall, so do peaks
     cap = (peaks[0.0] + top) // 2
-    model = _llama(use_cache)
+    model = _llama()
     compiled, report = _planned_step(model, route, backend.with_options(peak_memory_bytes=cap))
     peak, _ = _measured(compiled, model)
     assert peak <= cap, report.to_text()
