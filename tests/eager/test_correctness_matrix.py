@@ -24,7 +24,16 @@ from benchmarks.harness.models import model_cases
 from recompute_pass import capture_reports, recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti
 from tests.support.full_size import FULL
-from tests.support.harness import ATOL, RTOL, Step, assert_same_step, build, case_inputs, run_step
+from tests.support.harness import (
+    ATOL,
+    RTOL,
+    Step,
+    assert_same_step,
+    autograd_cache_off,
+    build,
+    case_inputs,
+    run_step,
+)
 from tests.support.stress import BF16_ATOL, BF16_RTOL, Partitioned, assert_valid, spy_partitions
 
 # CI: one block of each architecture at a small size; full: the default sizes and whole models.
@@ -125,7 +134,7 @@ def _inductor_case(name: str, budget: float, shape: str, precision: str) -> None
     Inductor's own bf16 kernels differ from eager's by more than that (on the CNN, 4e-3 on
     a 5e-2 gradient, with or without our partitioner), so eager is no reference there."""
     backend = recompute_backend.with_options(memory_budget=budget, fallback=False)
-    with ti.inductor_config.patch(force_disable_caches=True), spy_partitions() as spy:
+    with autograd_cache_off(), spy_partitions() as spy:
         step = _step(name, backend, shape, precision)
     (call,) = spy.calls
     assert_valid(call)
@@ -137,7 +146,7 @@ def _inductor_case(name: str, budget: float, shape: str, precision: str) -> None
     if precision == "fp32":
         assert_same_step(step, _eager(name, precision), rtol=10 * RTOL, atol=10 * ATOL)
     else:
-        with ti.inductor_config.patch(force_disable_caches=True, fallback_random=True):
+        with autograd_cache_off(fallback_random=True):
             pytorch = _step(name, "inductor", shape, precision)
         assert_same_step(step, pytorch, rtol=BF16_RTOL, atol=BF16_ATOL)
 

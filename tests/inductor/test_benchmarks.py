@@ -21,6 +21,7 @@ from benchmarks.harness.systems import DEFAULT_SYSTEMS, make_backend
 from benchmarks.harness.training import benchmark_settings
 from recompute_pass import RecomputeOptions, RecomputePartitioner, capture_reports
 from tests.support.full_size import full_only
+from tests.support.harness import autograd_cache_off
 
 
 def _quick(system: str, budget: float | None = None, model: str = "gpt") -> Config:
@@ -277,13 +278,12 @@ def test_deep_benchmark_times_both_partitioners() -> None:
     """``benchmarks.deep`` times the partitioner call of ours and of PyTorch's alike."""
     from benchmarks.deep import partitioner_seconds
     from recompute_pass import recompute_backend
-    from recompute_pass import torch_internals as ti
 
     case = model_cases(layers=1, dim=32, seq=16)["mlp"]
     for backend in ("inductor", recompute_backend):
         torch.compiler.reset()
         torch.manual_seed(0)
         model = case.build()
-        with ti.inductor_config.patch(force_disable_caches=True), partitioner_seconds() as spent:
+        with autograd_cache_off(), partitioner_seconds() as spent:
             torch.compile(model, backend=backend)(*case.inputs(2)).backward()
         assert len(spent) == 1 and spent[0] > 0, spent

@@ -14,7 +14,6 @@ import torch
 
 from benchmarks.harness.models import model_cases
 from recompute_pass import recompute_backend
-from recompute_pass import torch_internals as ti
 from recompute_pass.capture import CapturedStep
 from recompute_pass.graph import blocks
 from recompute_pass.graph.joint_graph import JointGraph
@@ -25,7 +24,13 @@ from recompute_pass.options import RecomputeOptions
 from recompute_pass.partitioner import partition
 from recompute_pass.realization import JointScorer
 from tests.support.full_size import full_only
-from tests.support.harness import assert_same_step, compiled_step, compiled_step_peak, run_step
+from tests.support.harness import (
+    assert_same_step,
+    autograd_cache_off,
+    compiled_step,
+    compiled_step_peak,
+    run_step,
+)
 from tests.support.joint_graphs import analyzed, capture_joints
 
 pytest.importorskip("transformers")
@@ -232,7 +237,7 @@ def test_compiled_deep_llama_predicted_and_gradients_equal_eager(caplog) -> None
             inductor_memory, "plan_graph", side_effect=AssertionError("a whole-graph lowering")
         ),
     ):
-        measured, report, step = compiled_step(_llama(), _tokens(), backend)
+        measured, report, step = compiled_step(_llama(), _tokens(), backend, fx_graph_cache=False)
     assert any("peaks composed" in note for note in report.notes), report.notes
     assert abs(report.predicted_peak_bytes / measured - 1) <= TOLERANCE
     assert lowerings, "the peaks were not composed from the pieces"
@@ -253,7 +258,7 @@ def test_compiled_gemma_composed_peak_equals_the_compiled_graphs_plan(caplog) ->
     backend = recompute_backend.with_options(memory_budget=0.0, fallback=False)
     with (
         caplog.at_level(logging.INFO, logger="recompute_pass"),
-        ti.inductor_config.patch(force_disable_caches=True),  # the partitioner runs
+        autograd_cache_off(fx_graph_cache=False),  # the partitioner runs, Inductor lowers
     ):
         step = run_step(model, _tokens(), backend=backend)
     (audit,) = {r.args for r in _audit_records(caplog)}
@@ -395,7 +400,7 @@ def test_a_composition_far_from_the_compiled_graphs_is_warned(monkeypatch, caplo
     monkeypatch.setattr(composed.PieceLowerings, "plan_graph", inflated)
     backend = recompute_backend.with_options(memory_budget=0.5, fallback=False)
     with caplog.at_level(logging.WARNING, logger="recompute_pass"):
-        measured, report = compiled_step_peak(_llama(), _tokens(), backend)
+        measured, report = compiled_step_peak(_llama(), _tokens(), backend, fx_graph_cache=False)
     assert report.predicted_peak_bytes > 10**9
     (warning,) = {r.args for r in _audit_records(caplog) if r.levelno == logging.WARNING}
     predicted, _, compiled = warning

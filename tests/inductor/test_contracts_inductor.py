@@ -7,18 +7,17 @@ import pytest
 
 from benchmarks.harness.models import model_cases
 from recompute_pass import recompute_backend
-from recompute_pass import torch_internals as ti
 from tests.eager.test_contracts import (
     _assert_region_kept,
 )
-from tests.support.harness import assert_same_step, build, case_inputs, run_step
+from tests.support.harness import assert_same_step, autograd_cache_off, build, case_inputs, run_step
 
 
 @pytest.mark.parametrize("budget", [1.0, 0.3, 0.0])
 @pytest.mark.parametrize("selective", [False, True], ids=["checkpoint", "sac"])
 def test_checkpoint_region_saves_only_its_inputs_inductor(selective: bool, budget: float) -> None:
     backend = recompute_backend.with_options(memory_budget=budget, fallback=False)
-    with ti.inductor_config.patch(force_disable_caches=True):
+    with autograd_cache_off():
         _assert_region_kept(backend, selective)
 
 
@@ -26,7 +25,7 @@ def test_replay_through_inductor_matches_eager(fallback_random: None) -> None:
     case = model_cases(layers=1, dim=32, seq=16)["gpt_block"]
     model, inputs = build(case), case_inputs(case)
     backend = recompute_backend.with_options(memory_budget=0.0, budget_mode="saved", fallback=False)
-    with ti.inductor_config.patch(force_disable_caches=True):
+    with autograd_cache_off():
         ours = run_step(model, inputs, backend=backend)
     assert_same_step(ours, run_step(model, inputs), rtol=1e-4, atol=1e-5)
     (report,) = ours.reports

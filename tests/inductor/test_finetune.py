@@ -10,9 +10,15 @@ import torch
 
 from benchmarks.harness.meters import step_memory
 from recompute_pass import fit_longest, recompute_backend, recompute_eager_backend
-from recompute_pass import torch_internals as ti
 from tests.support.full_size import full_only
-from tests.support.harness import assert_same_step, build, case_inputs, compiled_step_peak, run_step
+from tests.support.harness import (
+    assert_same_step,
+    autograd_cache_off,
+    build,
+    case_inputs,
+    compiled_step_peak,
+    run_step,
+)
 
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
@@ -116,7 +122,7 @@ def test_budget_one_peaks_no_higher_than_torch_compile_on_lora(name) -> None:
     ours, report = _measured(name, 1.0, inductor=True)
     case = CASES[name]
     model, inputs = build(case), case_inputs(case, batch=2)
-    with ti.inductor_config.patch(force_disable_caches=True):
+    with autograd_cache_off():
         torch.compiler.reset()
         compiled = torch.compile(model)
         compiled(*inputs).backward()
@@ -145,7 +151,7 @@ def test_fit_longest_boundary_is_the_measured_one_on_a_lora_model(inductor) -> N
         return torch.randint(0, 128, (2, n)), torch.randint(0, 128, (2, n))
 
     backend = recompute_backend if inductor else recompute_eager_backend
-    with ti.inductor_config.patch(force_disable_caches=True):
+    with autograd_cache_off():
         fit = fit_longest(model, make, cap, low=16, high=256, multiple_of=multiple, backend=backend)
     assert 16 < fit.size < 256 and fit.predicted_peak_bytes <= cap
     torch.compiler.reset()
@@ -158,7 +164,7 @@ def test_fit_longest_boundary_is_the_measured_one_on_a_lora_model(inductor) -> N
         model.zero_grad(set_to_none=True)
         return memory.peak_bytes
 
-    with ti.inductor_config.patch(force_disable_caches=True):
+    with autograd_cache_off():
         at_fit, beyond = measured(fit.size), measured(fit.size + multiple)
     slack = TOLERANCE * at_fit if inductor else 128
     assert abs(at_fit - fit.predicted_peak_bytes) <= slack and at_fit <= cap < beyond, (at_fit, beyond)

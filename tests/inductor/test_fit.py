@@ -24,7 +24,6 @@ from recompute_pass import (
     recompute_backend,
     recompute_eager_backend,
 )
-from recompute_pass import torch_internals as ti
 from recompute_pass.capture import capture_step
 from recompute_pass.graph.costing import build_problem
 from recompute_pass.graph.sized_inputs import SizedInputs
@@ -32,7 +31,7 @@ from recompute_pass.partitioner import partition
 from recompute_pass.search.peak_budget import choose_by_peak, segment_plans
 from recompute_pass.solver.frontier import Relaxation, hull
 from tests.support.full_size import full_only
-from tests.support.harness import Step, assert_same_step, run_step
+from tests.support.harness import Step, assert_same_step, autograd_cache_off, run_step
 from tests.support.joint_graphs import analyzed, capture_joints
 from tests.support.scorers import FakeScorer
 
@@ -212,7 +211,7 @@ def _inductor_fit(layers: int, cap: int, high: int) -> None:
     assert fit.predicted_peak_bytes <= cap
     torch.compiler.reset()
     compiled = torch.compile(model, backend=fit.backend, dynamic=True)
-    with capture_reports() as reports, ti.inductor_config.patch(force_disable_caches=True):
+    with capture_reports() as reports, autograd_cache_off():
         # Traced at LOW, planned for fit.size: the plan's sizes reach Inductor's memory
         # plan inside the real compile, and no guard of theirs fails the next size.
         expected = run_step(model, _inputs(LOW), backend=None)  # eager reference on a copy

@@ -10,15 +10,14 @@ import pytest
 
 from benchmarks.harness.models import model_cases
 from recompute_pass import recompute_backend
-from recompute_pass import torch_internals as ti
-from tests.support.harness import assert_same_step, build, case_inputs, run_step
+from tests.support.harness import assert_same_step, autograd_cache_off, build, case_inputs, run_step
 
 CASE = model_cases(layers=1, dim=32, seq=16)["gpt_block"]
 
 
 @pytest.fixture(scope="module")
 def steps():
-    with ti.inductor_config.patch(fallback_random=True, force_disable_caches=True):
+    with autograd_cache_off(fallback_random=True):
         model, inputs = build(CASE), case_inputs(CASE)
         eager = run_step(model, inputs)
         pytorch = run_step(model, inputs, backend="inductor")

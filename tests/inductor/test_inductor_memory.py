@@ -35,6 +35,7 @@ from tests.support.full_size import FULL, full_only
 from tests.support.harness import (
     Step,
     assert_same_step,
+    autograd_cache_off,
     build,
     case_inputs,
     compiled_step,
@@ -91,7 +92,7 @@ def test_peak_cap_holds_through_inductor() -> None:
     cap = (low + high) // 2
     case = CASES["llama"]
     backend = recompute_backend.with_options(peak_memory_bytes=cap, fallback=False)
-    with ti.inductor_config.patch(force_disable_caches=True):
+    with autograd_cache_off():
         eager = run_step(build(case), case_inputs(case))
         step = run_step(build(case), case_inputs(case), backend=backend)
     assert_same_step(step, eager)
@@ -169,7 +170,7 @@ def test_backward_compiles_under_the_config_its_peak_assumes(
     model, inputs = build(case), case_inputs(case)
     eager = run_step(build(case), inputs)
     with (
-        ti.inductor_config.patch(force_disable_caches=True, custom_partitioner_fn=None),
+        autograd_cache_off(custom_partitioner_fn=None),
         contextlib.ExitStack() as stack,
     ):
         torch.compiler.reset()

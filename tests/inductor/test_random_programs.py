@@ -21,9 +21,9 @@ from torch import nn
 
 from benchmarks.harness.meters import saved_activation_bytes
 from recompute_pass import capture_reports, recompute_backend, recompute_eager_backend
-from recompute_pass import torch_internals as ti
 from recompute_pass.solver.strategies import STRATEGIES
 from tests.support.full_size import FULL, full_only
+from tests.support.harness import autograd_cache_off
 from tests.support.stress import Partitioned, assert_valid, random_ops_in, spy_partitions
 
 EXAMPLES = 2000 if FULL else 120
@@ -211,7 +211,7 @@ def _check_program(
     option = {"memory_budget": budget} if isinstance(budget, float) else {"memory_budget_bytes": budget}
     base = recompute_backend if inductor else recompute_eager_backend
     backend = base.with_options(**option, solver=solver, fallback=False)
-    with ti.inductor_config.patch(fallback_random=True, force_disable_caches=inductor):
+    with autograd_cache_off(fallback_random=True):
         expected = _run(model, x, None)
         with spy_partitions() as spy, capture_reports() as reports:
             actual = _run(model, x, backend)
@@ -231,7 +231,7 @@ def _check_program(
         # Inductor orders its (fallback) random draws its own way, so with random ops only
         # plain torch.compile is a reference; it fuses and reorders arithmetic, so eager is
         # one within ten times the fast path's tolerance.
-        with ti.inductor_config.patch(fallback_random=True, force_disable_caches=True):
+        with autograd_cache_off(fallback_random=True):
             pytorch = _run(model, x, "inductor")
         draws = any(op[0] == "random" for op in program[0])
         references = [(pytorch, RTOL, ATOL)] + ([] if draws else [(expected, 10 * RTOL, 10 * ATOL)])

@@ -25,6 +25,7 @@ from benchmarks.harness.models import model_cases
 from recompute_pass import recompute_backend, recompute_eager_backend
 from recompute_pass import torch_internals as ti
 from tests.support.full_size import FULL, full_only
+from tests.support.harness import autograd_cache_off
 from tests.support.stress import assert_same_run, assert_valid, random_ops_in, run_steps, spy_partitions
 
 BUDGETS = [1.0, 0.75, 0.5, 0.25, 0.0]
@@ -105,7 +106,7 @@ def test_fixed_policies_never_redraw(solver: str, fallback_random: None) -> None
 
 
 def _inductor_rng_runs(model: nn.Module, inputs: list[torch.Tensor], budgets: list[float]):
-    with ti.inductor_config.patch(fallback_random=False, force_disable_caches=True):
+    with autograd_cache_off(fallback_random=False):
         default = run_steps(model, inputs, backend="inductor", steps=2)
         ours = {}
         for budget in budgets:

@@ -9,21 +9,20 @@ import pytest
 
 import recompute_pass.partitioner as partitioner_module
 from recompute_pass import recompute_backend
-from recompute_pass import torch_internals as ti
 from tests.eager.test_robustness import (  # noqa: F401 (fixtures among them)
     CASES,
     _fail,
     _warnings,
     pytestmark,
 )
-from tests.support.harness import assert_same_step, build, case_inputs, run_step
+from tests.support.harness import assert_same_step, autograd_cache_off, build, case_inputs, run_step
 
 
 def test_inductor_falls_back_too(monkeypatch: pytest.MonkeyPatch, caplog) -> None:
     monkeypatch.setattr(partitioner_module, "decide", _fail)
     case = CASES["mlp"]
     expected = run_step(build(case), case_inputs(case))
-    with ti.inductor_config.patch(force_disable_caches=True), caplog.at_level(logging.WARNING):
+    with autograd_cache_off(), caplog.at_level(logging.WARNING):
         step = run_step(build(case), case_inputs(case), backend=recompute_backend)
     assert_same_step(step, expected, rtol=1e-4, atol=1e-5)
     assert step.reports[0].fallback == "RuntimeError: injected failure"

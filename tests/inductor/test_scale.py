@@ -9,9 +9,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from cost_model import SizeHints
 from recompute_pass import capture_reports, realization, recompute_backend
-from recompute_pass import torch_internals as ti
 from recompute_pass.extract.scale import hoist_scales
-from tests.support.harness import assert_same_step, hf_llama_lora_all_and_tokens, run_step
+from tests.support.harness import assert_same_step, autograd_cache_off, hf_llama_lora_all_and_tokens, run_step
 from tests.support.joint_graphs import capture_joints, partitioned, partitioned_without
 
 S, R = 64, 8
@@ -124,7 +123,7 @@ def test_moved_scales_give_bit_equal_gradients(monkeypatch) -> None:
     with the scales where the trace put them (caches off: the second compile partitions)."""
     pytest.importorskip("peft")
     backend = recompute_backend.with_options(memory_budget=0.0, fallback=False)
-    with ti.inductor_config.patch(force_disable_caches=True):
+    with autograd_cache_off():
         with capture_reports() as reports:
             moved = run_step(*hf_llama_lora_all_and_tokens(seq=64), backend=backend)
         with monkeypatch.context() as patch:

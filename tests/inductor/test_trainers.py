@@ -20,7 +20,7 @@ from torch._dynamo.utils import counters
 
 import recompute_pass
 from recompute_pass import PartitionReport, capture_reports
-from recompute_pass import torch_internals as ti
+from tests.support.harness import autograd_cache_off
 
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
@@ -78,7 +78,7 @@ def _fresh_compiles() -> Iterator[list[PartitionReport]]:
     ``counters["stats"]["unique_graphs"]``; the reports published meanwhile."""
     torch.compiler.reset()
     counters.clear()
-    with ti.inductor_config.patch(force_disable_caches=True), capture_reports() as reports:
+    with autograd_cache_off(), capture_reports() as reports:
         yield reports
     torch.compiler.reset()
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from recompute_pass import recompute_backend
-from recompute_pass import torch_internals as ti
 from tests.eager.test_training_state import (  # noqa: F401 (fixtures among them)
     BUDGETS,
     _build,
@@ -15,6 +14,7 @@ from tests.eager.test_training_state import (  # noqa: F401 (fixtures among them
     _saved_ops,
     pytestmark,
 )
+from tests.support.harness import autograd_cache_off
 from tests.support.stress import assert_same_run, run_steps
 
 
@@ -26,7 +26,7 @@ def test_a_buffer_read_after_its_update_is_saved_through_inductor(budget: float)
     gradients 3x off (as ``torch.compile``'s own partitioner does in torch 2.13)."""
     model, inputs, _ = _build("step_counter")
     backend = recompute_backend.with_options(memory_budget=budget, fallback=False)
-    with ti.inductor_config.patch(force_disable_caches=True):
+    with autograd_cache_off():
         run = run_steps(model, inputs, backend=backend, steps=2)
     assert_same_run(run, _eager("step_counter"), rtol=1e-4, atol=1e-5)
     assert [state["step"].item() for state in run.states] == [1.0, 2.0]
@@ -38,7 +38,7 @@ def test_batchnorm_through_inductor_updates_once() -> None:
     """Inductor keeps buffer mutations in the graph (``copy_``): never recomputed."""
     model, inputs, _ = _build("batchnorm")
     backend = recompute_backend.with_options(memory_budget=0.0, fallback=False)
-    with ti.inductor_config.patch(force_disable_caches=True):
+    with autograd_cache_off():
         run = run_steps(model, inputs, backend=backend, steps=2)
     assert_same_run(run, _eager("batchnorm"), rtol=1e-4, atol=1e-5)
     assert [run.states[k]["bn1.num_batches_tracked"].item() for k in (0, 1)] == [1, 2]

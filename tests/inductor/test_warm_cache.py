@@ -17,7 +17,7 @@ from torch._inductor.utils import fresh_cache
 from benchmarks.harness.models import model_cases
 from recompute_pass import recompute_backend
 from recompute_pass import torch_internals as ti
-from tests.support.harness import Step, assert_same_step, build, case_inputs, run_step
+from tests.support.harness import Step, assert_same_step, autograd_cache_off, build, case_inputs, run_step
 
 CASE = model_cases(dim=32)["mlp"]
 
@@ -43,7 +43,7 @@ def _compile(budget: float) -> tuple[Step, int]:
 
 @pytest.fixture(scope="module")
 def cold_budget_zero() -> Step:
-    with ti.inductor_config.patch(force_disable_caches=True):
+    with autograd_cache_off():
         return _compile(0.0)[0]
 
 

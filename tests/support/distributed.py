@@ -17,12 +17,13 @@ from torch import fx, nn
 from benchmarks.harness import ranks
 from recompute_pass import RecomputePartitioner
 from recompute_pass import torch_internals as ti
+from tests.support.harness import autograd_cache_off
 
 WORLD = 2
 
 
 def _with_test_settings(rank: int, world: int, target: Callable[..., Any], **kwargs: Any) -> Any:
-    with ti.inductor_config.patch(force_disable_caches=True, compile_threads=1):
+    with autograd_cache_off(compile_threads=1):
         return target(rank, world, **kwargs)
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,22 @@ class Step:
     grads: dict[str, torch.Tensor]
     saved_bytes: int  # activations held for backward, parameters and buffers excluded
     reports: list[PartitionReport]
+
+
+@contextlib.contextmanager
+def autograd_cache_off(**inductor: Any) -> Iterator[None]:
+    """AOTAutograd's cache off, so that every compile calls the partitioner (a hit calls
+    none), with ``inductor`` config patched.
+
+    Not ``force_disable_caches``: that also gives every compile a fresh, empty cache folder,
+    so each one built every C++ kernel again, and the precompiled header: half of an
+    Inductor compile on 2 cores. Inductor's FX-graph and kernel caches are keyed by the
+    partitioned graphs and the kernels' source, so a hit returns what the compile would
+    make; tests that compile one plan on several routes share it. A test reading what
+    Inductor's lowering reports (the memory audit's log) passes ``fx_graph_cache=False``:
+    a hit lowers nothing."""
+    with ti.inductor_config.patch(**inductor), ti.functorch_config.patch(enable_autograd_cache=False):
+        yield
 
 
 def run_step(
@@ -94,7 +111,7 @@ def compiled_step(
 ) -> tuple[int, PartitionReport, Step]:
     """``compiled_step_peak``, and the measured step itself (its loss and gradients, to
     compare with eager's without compiling the model again)."""
-    with ti.inductor_config.patch(force_disable_caches=True, **inductor):
+    with autograd_cache_off(**inductor):
         torch.compiler.reset()
         compiled = torch.compile(model, backend=backend)
         with capture_reports() as reports:
