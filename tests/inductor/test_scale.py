@@ -118,9 +118,12 @@ def test_lora_gradients_are_stored_once_and_the_peak_falls() -> None:
     )
 
 
-def test_moved_scales_give_bit_equal_gradients(monkeypatch) -> None:
-    """Through Inductor, the gradients equal eager's, and bit-equal those of the same plan
-    with the scales where the trace put them (caches off: the second compile partitions)."""
+def test_rewritten_values_give_eager_gradients_and_moved_scales_bit_equal_ones(monkeypatch) -> None:
+    """Through Inductor, one compile of the LoRA Llama at budget 0 rewrites values all three
+    ways (masks rebuilt before each use, projections stored once, scales moved onto GEMM
+    outputs: ``test_rebuild``, ``test_store`` and this file pin each on its own): the
+    gradients equal eager's, and bit-equal those of the same plan with the scales where the
+    trace put them (AOTAutograd's cache off: the second compile partitions)."""
     pytest.importorskip("peft")
     backend = recompute_backend.with_options(memory_budget=0.0, fallback=False)
     with autograd_cache_off():
@@ -130,7 +133,9 @@ def test_moved_scales_give_bit_equal_gradients(monkeypatch) -> None:
             patch.setattr(realization, "hoist_scales", lambda *args: ())
             with capture_reports() as kept_reports:
                 kept = run_step(*hf_llama_lora_all_and_tokens(seq=64), backend=backend)
-    assert any(n.startswith("scales moved onto GEMM outputs") for r in reports for n in r.notes)
+    notes = [n for r in reports for n in r.notes]
+    for rewrite in ("rebuilt before each use", "stored once in backward", "scales moved onto GEMM outputs"):
+        assert any(n.startswith(rewrite) for n in notes), (rewrite, notes)
     assert kept_reports and not any(n.startswith("scales moved") for r in kept_reports for n in r.notes)
     assert_same_step(moved, run_step(*hf_llama_lora_all_and_tokens(seq=64)))
     assert_same_step(moved, kept, rtol=0, atol=0)
