@@ -4,7 +4,7 @@ random ops, at random budgets, compiled through Dynamo on the fast path.
 For every program: the plan is valid (``Plan.violations`` is empty, the backward draws no
 randomness, and it fits the budget unless a fixed policy was asked for), autograd holds
 exactly the bytes the report says, and the gradients (parameters and input) equal eager's.
-CI runs ``EXAMPLES`` (120) derandomized examples; ``RECOMPUTE_FULL=1`` runs 2000,
+CI runs ``EXAMPLES`` (60) derandomized examples; ``RECOMPUTE_FULL=1`` runs 2000,
 freshly random each time.
 """
 
@@ -26,7 +26,7 @@ from tests.support.full_size import FULL, full_only
 from tests.support.harness import autograd_cache_off
 from tests.support.stress import Partitioned, assert_valid, random_ops_in, spy_partitions
 
-EXAMPLES = 2000 if FULL else 120
+EXAMPLES = 2000 if FULL else 60
 BATCH, DIM, WEIGHTS = 4, 8, 3
 # Decomposed ops (gelu, softmax, layer_norm...) round differently from eager's kernels and
 # random programs chain up to a dozen of them: 1e-4 relative, 1e-5 absolute.
